@@ -1,0 +1,45 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Jotter",
+    products: [
+        .executable(name: "jotter", targets: ["JotterCLI"]),
+        .library(name: "Jotter", targets: ["Jotter"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .target(
+            name: "Jotter",
+            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl"]
+        ),
+        .executableTarget(
+            name: "JotterCLI",
+            dependencies: ["Jotter"]
+        ),
+        .testTarget(
+            name: "JotterTests",
+            dependencies: ["Jotter"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

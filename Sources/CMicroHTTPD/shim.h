@@ -1,0 +1,48 @@
+#ifndef JOTTER_CMICROHTTPD_SHIM_H
+#define JOTTER_CMICROHTTPD_SHIM_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+/// The limits Jotter sets on every daemon; plain values so Swift can fill it in.
+typedef struct {
+    unsigned int flags;
+    int listen_fd;
+    unsigned int thread_pool_size;
+    unsigned int connection_limit;
+    unsigned int per_ip_connection_limit;
+    unsigned int connection_timeout_seconds;
+    size_t connection_memory_limit;
+} jotter_mhd_config;
+
+static void jotter_mhd_silent_logger(void *cls, const char *fmt, va_list ap) {
+    /* libmicrohttpd's own messages can quote request data; Jotter logs error kinds itself. */
+    (void)cls; (void)fmt; (void)ap;
+}
+
+/// MHD_start_daemon is variadic, which Swift cannot call: this wrapper passes the options as
+/// an MHD_OPTION_ARRAY. See microhttpd.h, "MHD_OPTION_ARRAY".
+static inline struct MHD_Daemon *jotter_mhd_start(
+    const jotter_mhd_config *config,
+    MHD_AccessHandlerCallback handler, void *handler_cls,
+    MHD_RequestCompletedCallback completed, void *completed_cls)
+{
+    struct MHD_OptionItem options[] = {
+        { MHD_OPTION_LISTEN_SOCKET, config->listen_fd, NULL },
+        { MHD_OPTION_THREAD_POOL_SIZE, config->thread_pool_size, NULL },
+        { MHD_OPTION_CONNECTION_LIMIT, config->connection_limit, NULL },
+        { MHD_OPTION_PER_IP_CONNECTION_LIMIT, config->per_ip_connection_limit, NULL },
+        { MHD_OPTION_CONNECTION_TIMEOUT, config->connection_timeout_seconds, NULL },
+        { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL },
+        { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls },
+        { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)jotter_mhd_silent_logger, NULL },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    return MHD_start_daemon(config->flags, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+}
+
+#endif

@@ -1,0 +1,11 @@
+#ifndef JOTTER_CSQLITE_SHIM_H
+#define JOTTER_CSQLITE_SHIM_H
+
+#include <sqlite3.h>
+
+/// SQLITE_TRANSIENT is a cast macro Swift cannot import: SQLite copies the bound bytes at once.
+static inline sqlite3_destructor_type jotter_sqlite_transient(void) {
+    return SQLITE_TRANSIENT;
+}
+
+#endif

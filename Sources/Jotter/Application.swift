@@ -1,0 +1,81 @@
+/// Jotter assembled: data directory, key, outbox, delivery worker, routes and HTTP server.
+///
+/// `main` and the live tests both start Jotter through this type, so tests exercise exactly what
+/// users run. Start order: storage, worker, server; stop order: server (drained), worker, storage.
+public final class Application: Sendable {
+    /// The configuration it was started with.
+    public let configuration: Configuration
+    /// The outbox (tests read it directly).
+    public let outbox: Outbox
+    /// The delivery worker.
+    public let worker: DeliveryWorker
+    let server: HTTPServer
+    private let dataDirectory: DataDirectory
+    private let logger: Logger
+
+    /// Opens everything and starts serving. Throws (with a message fit for a person) if anything is
+    /// wrong: an unreadable or insecure key, a locked data directory, a bad relay, a busy port.
+    public init(configuration: Configuration, transport: (any Transport)? = nil,
+                clock: any WallClock = SystemClock(), logSink: LogSink = .standardError,
+                credentialsDirectory: String? = nil) throws {
+        let logger = Logger(label: "jotter", level: configuration.logLevel, sink: logSink)
+        self.configuration = configuration
+        self.logger = logger
+        dataDirectory = try DataDirectory(path: configuration.dataDirectory)
+        let key = try KeyStore.load(path: dataDirectory.keyPath,
+                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
+        let transport = try transport
+            ?? RelayURL.transport(for: configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
+        outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
+                            logger: logger.labelled("outbox"))
+        worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration.delivery,
+                                clock: clock, logger: logger.labelled("delivery"))
+        let router = try Self.routes(outbox: outbox, publicDirectory: configuration.publicDirectory)
+        server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http")) { request, respond in
+            router.handle(request, respond: respond)
+        }
+        let worker = worker
+        outbox.setOnAccepted { worker.wake() }
+        do {
+            try worker.start()
+            try server.start()
+        } catch {
+            worker.stop()
+            outbox.close()
+            throw error
+        }
+    }
+
+    /// The port the server listens on.
+    public var port: Int { server.port }
+
+    /// Stops in order: the server (draining requests in flight), the worker, then the outbox.
+    public func stop() {
+        server.stop()
+        worker.stop()
+        outbox.close()
+    }
+
+    static func routes(outbox: Outbox, publicDirectory: String) throws -> Router {
+        let page = try PageRoute(publicDirectory: publicDirectory)
+        let files = StaticFiles(publicDirectory: publicDirectory)
+        let send = SendRoute(outbox: outbox)
+        let history = HistoryRoute(outbox: outbox)
+        var router = Router()
+        router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
+        router.add("POST", "/") { request, _, respond in send.handle(request, respond: respond) }
+        router.add("POST", "/send") { request, _, respond in send.handle(request, respond: respond) }
+        router.add("GET", "/history") { request, _, respond in respond(history.list(request)) }
+        router.add("GET", "/history/{id}") { _, parameters, respond in
+            respond(history.one(id: parameters["id"] ?? ""))
+        }
+        router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
+        router.add("GET", "/favicon.ico") { _, _, respond in
+            respond(files.files["favicon.ico"] == nil ? HTTPResponse(status: 204) : files.handle(name: "favicon.ico"))
+        }
+        for name in files.files.keys where name != "favicon.ico" {
+            router.add("GET", "/" + name) { _, _, respond in respond(files.handle(name: name)) }
+        }
+        return router
+    }
+}

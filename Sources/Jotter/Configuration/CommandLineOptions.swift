@@ -1,0 +1,121 @@
+import Glibc
+
+/// Parses `jotter` command lines (flags win over `JOTTER_*` environment variables, which win over defaults).
+public enum CommandLineOptions {
+    /// What the command line asks for.
+    public enum Command: Sendable {
+        /// Print this text and exit.
+        case help(String)
+        /// Serve with this configuration.
+        case serve(Configuration)
+    }
+
+    /// A command line that cannot be obeyed; the description says why, for a person.
+    public struct UsageError: Error, CustomStringConvertible, Equatable {
+        public let description: String
+    }
+
+    /// The top-level help.
+    public static let help = """
+        Jotter: write a thought, press send, it lands in your inbox.
+
+        Usage:
+          jotter serve [options]     run the composer page and the delivery worker
+          jotter --help              this text
+          jotter serve --help        every option of serve
+
+        Then open http://127.0.0.1:7373 or run: curl -d "buy milk" 127.0.0.1:7373
+        """
+
+    /// Help for `serve`.
+    public static let serveHelp = """
+        Usage: jotter serve [options]
+
+        Options (each also read from the environment variable shown):
+          --host HOST          interface to listen on (JOTTER_HOST; default 127.0.0.1)
+          --port PORT          port, 0 picks a free one (JOTTER_PORT; default 7373)
+          --data-dir PATH      database, key and default Maildir (JOTTER_DATA_DIR;
+                               default $XDG_DATA_HOME/jotter, else ~/.local/share/jotter)
+          --relay URL          where memos are delivered (JOTTER_RELAY;
+                               default maildir:<data-dir>/Maildir)
+          --max-body BYTES     largest memo request accepted (JOTTER_MAX_BODY; default 262144)
+          --public-dir PATH    the page's files (JOTTER_PUBLIC_DIR; default ./Public)
+          --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_LOG_LEVEL; default info)
+          -h, --help           this text
+
+        The key file <data-dir>/key must be readable by its owner only (chmod 600). A systemd credential
+        $CREDENTIALS_DIRECTORY/jotter.key takes precedence over it.
+        """
+
+    /// Parses `arguments` (without the program name). `sourceRoot` is the path of `main.swift`, used to
+    /// find `Public/` in a development checkout.
+    public static func parse(_ arguments: [String], environment: [String: String],
+                             sourceRoot: String) throws -> Command {
+        var arguments = arguments[...]
+        guard let first = arguments.popFirst() else { return .help(help) }
+        switch first {
+        case "-h", "--help", "help": return .help(help)
+        case "serve": break
+        default: throw UsageError(description: "unknown command '\(first.prefix(40))'")
+        }
+        var values: [String: String] = [:]
+        let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
+                     "--relay": "JOTTER_RELAY", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
+                     "--log-level": "JOTTER_LOG_LEVEL"]
+        for (flag, variable) in flags {
+            if let value = environment[variable], !value.isEmpty { values[flag] = value }
+        }
+        while let argument = arguments.popFirst() {
+            if argument == "-h" || argument == "--help" { return .help(serveHelp) }
+            var name = argument
+            var value: String?
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                name = String(argument[..<equals])
+                value = String(argument[argument.index(after: equals)...])
+            }
+            guard flags[name] != nil else {
+                throw UsageError(description: "unknown option '\(name.prefix(40))'")
+            }
+            guard let given = value ?? arguments.popFirst() else {
+                throw UsageError(description: "\(name) needs a value")
+            }
+            values[name] = given
+        }
+
+        let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
+        var configuration = Configuration(dataDirectory: dataDirectory,
+                                          publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
+        configuration.relay = values["--relay"]
+        if let host = values["--host"] {
+            guard !host.isEmpty else { throw UsageError(description: "--host needs a value") }
+            configuration.http.host = host
+        }
+        if let port = values["--port"] {
+            guard let number = Int(port), (0...65535).contains(number) else {
+                throw UsageError(description: "--port must be a number from 0 to 65535")
+            }
+            configuration.http.port = number
+        }
+        if let maxBody = values["--max-body"] {
+            guard let number = Int(maxBody), number >= 1024, number <= 64 * 1024 * 1024 else {
+                throw UsageError(description: "--max-body must be a number of bytes from 1024 to 67108864")
+            }
+            configuration.http.maxBodyBytes = number
+        }
+        if let level = values["--log-level"] {
+            guard let parsed = Logger.Level(name: level) else {
+                throw UsageError(description: "--log-level must be one of trace, debug, info, notice, warning, error")
+            }
+            configuration.logLevel = parsed
+        }
+        return .serve(configuration)
+    }
+
+    /// `./Public` when it holds the page, else the checkout's `Public/` next to `Sources/`.
+    static func defaultPublicDirectory(_ sourceRoot: String) -> String {
+        if access("Public/index.html", R_OK) == 0 { return "Public" }
+        var components = sourceRoot.split(separator: "/", omittingEmptySubsequences: false)
+        components.removeLast(min(3, components.count))  // …/Sources/JotterCLI/main.swift
+        return components.joined(separator: "/") + "/Public"
+    }
+}

@@ -1,0 +1,30 @@
+/// Everything `jotter serve` can be told, as plain values with defaults. Only `main` reads the
+/// environment and the command line to fill it in.
+public struct Configuration: Sendable {
+    /// The data directory (database, key, default Maildir).
+    public var dataDirectory: String
+    /// Where memos go: `maildir:PATH` (default `maildir:<data-dir>/Maildir`).
+    public var relay: String?
+    /// The directory holding `index.html` and the page's other files.
+    public var publicDirectory: String
+    /// The HTTP server's addresses and limits.
+    public var http = HTTPServer.Configuration()
+    /// The delivery worker's settings.
+    public var delivery = DeliveryWorker.Configuration()
+    /// Log level.
+    public var logLevel: Logger.Level = .info
+
+    /// A configuration with defaults for everything but the two paths.
+    public init(dataDirectory: String, publicDirectory: String) {
+        self.dataDirectory = dataDirectory
+        self.publicDirectory = publicDirectory
+    }
+
+    /// `$XDG_DATA_HOME/jotter`, else `~/.local/share/jotter`.
+    public static func defaultDataDirectory(environment: [String: String]) -> String {
+        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+            return xdg + "/jotter"
+        }
+        return (environment["HOME"] ?? ".") + "/.local/share/jotter"
+    }
+}

@@ -1,0 +1,80 @@
+import CCrypto
+import Glibc
+
+/// Loads the outbox key, creating it on first start.
+///
+/// The key file holds 32 random bytes, is created with `O_EXCL` and mode 0600, and is refused if
+/// its group or others may read or write it. A systemd credential takes precedence when present.
+public enum KeyStore {
+    /// Why the key could not be loaded; the messages name the path, never the bytes.
+    public enum Failure: Error, CustomStringConvertible, Equatable, Sendable {
+        case insecurePermissions(path: String, mode: UInt32)
+        case wrongLength(path: String, length: Int)
+        case io(path: String, errno: Int32)
+
+        public var description: String {
+            switch self {
+            case .insecurePermissions(let path, let mode):
+                return "key file \(path) has mode \(String(mode, radix: 8)); it must not be accessible to group or others "
+                    + "(run: chmod 600 \(path))"
+            case .wrongLength(let path, let length):
+                return "key file \(path) holds \(length) bytes; a Jotter key is exactly 32"
+            case .io(let path, let code):
+                return "key file \(path): \(String(cString: strerror(code)))"
+            }
+        }
+    }
+
+    /// The key at `credentialPath` if that file exists, else the one at `path` (created if missing).
+    public static func load(path: String, credentialPath: String? = nil) throws -> SymmetricKey {
+        if let credentialPath, access(credentialPath, F_OK) == 0 {
+            return try read(path: credentialPath, checkMode: false)
+        }
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            defer { close(fd) }
+            let key = try SymmetricKey.random()
+            try key.withUnsafeBytes { bytes in
+                guard write(fd, bytes.baseAddress, bytes.count) == bytes.count, fsync(fd) == 0 else {
+                    let code = errno
+                    unlink(path)
+                    throw Failure.io(path: path, errno: code)
+                }
+            }
+            return key
+        }
+        guard errno == EEXIST else { throw Failure.io(path: path, errno: errno) }
+        return try read(path: path, checkMode: true)
+    }
+
+    private static func read(path: String, checkMode: Bool) throws -> SymmetricKey {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw Failure.io(path: path, errno: errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw Failure.io(path: path, errno: errno) }
+        if checkMode && info.st_mode & 0o077 != 0 {
+            throw Failure.insecurePermissions(path: path, mode: info.st_mode & 0o7777)
+        }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        defer { buffer.withUnsafeMutableBytes { zero($0) } }
+        var total = 0
+        while total < buffer.count {
+            let count = buffer.withUnsafeMutableBytes { raw in
+                Glibc.read(fd, raw.baseAddress.map { $0 + total }, raw.count - total)
+            }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw Failure.io(path: path, errno: errno)
+            }
+            if count == 0 { break }
+            total += count
+        }
+        guard total == SymmetricKey.byteCount else { throw Failure.wrongLength(path: path, length: total) }
+        return try SymmetricKey(bytes: buffer[0..<total])
+    }
+
+    private static func zero(_ bytes: UnsafeMutableRawBufferPointer) {
+        OPENSSL_cleanse(bytes.baseAddress, bytes.count)
+    }
+}

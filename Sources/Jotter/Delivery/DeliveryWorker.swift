@@ -1,0 +1,180 @@
+import Dispatch
+import Synchronization
+
+/// Delivers the outbox in the background: wakes on enqueue, claims due memos with a lease, sends each
+/// through the transport on one of `slots` delivery slots, and records the outcome by id.
+///
+/// A serial control queue owns the scheduling state and a `DispatchSourceTimer` for the next due
+/// retry; sends run on a concurrent queue, at most `slots` at a time, so a slow relay holds one slot.
+///
+/// `@unchecked Sendable`: `inFlight`, `timer`, `stopped` and `lastPurge` are touched only on `control`.
+public final class DeliveryWorker: @unchecked Sendable {
+    /// The worker's settings.
+    public struct Configuration: Sendable {
+        /// Deliveries in flight at once.
+        public var slots: Int = 4
+        /// How long a claim is held; a memo whose lease expires (a crashed send) is claimed again.
+        public var leaseMilliseconds: Int64 = 120_000
+        /// Backoff between attempts.
+        public var retryPolicy = RetryPolicy()
+        /// The sender of every message.
+        public var from = MailAddress(name: "Jotter", address: "jotter@localhost")
+        /// The recipient of every message (the user).
+        public var to = MailAddress(address: "me@localhost")
+        /// How long a delivered memo's subject stays in `/history`.
+        public var subjectRetentionMilliseconds: Int64 = 7 * 24 * 3_600_000
+
+        /// The defaults.
+        public init() {}
+    }
+
+    private let outbox: Outbox
+    private let transport: any Transport
+    private let configuration: Configuration
+    private let clock: any WallClock
+    private let logger: Logger
+    private let control = DispatchQueue(label: "jotter.delivery.control")
+    private let senders = DispatchQueue(label: "jotter.delivery.slots", attributes: .concurrent)
+    private let idle = DispatchGroup()
+    private var inFlight = 0
+    private var timer: (any DispatchSourceTimer)?
+    private var stopped = true
+    private var lastPurge: Int64 = 0
+    private let random = Mutex(SystemRandomNumberGenerator())
+
+    /// A worker for `outbox` delivering through `transport`.
+    public init(outbox: Outbox, transport: any Transport, configuration: Configuration = Configuration(),
+                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "delivery")) {
+        self.outbox = outbox
+        self.transport = transport
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Re-queues memos an earlier process left mid-send, then starts delivering.
+    public func start() throws {
+        let recovered = try outbox.recoverInterrupted()
+        if recovered > 0 {
+            logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
+        }
+        control.sync {
+            stopped = false
+            let timer = DispatchSource.makeTimerSource(queue: control)
+            timer.setEventHandler { [unowned self] in self.pump() }
+            timer.resume()
+            self.timer = timer
+        }
+        wake()
+    }
+
+    /// Something may be due: look now.
+    public func wake() {
+        control.async { self.pump() }
+    }
+
+    /// Stops claiming and waits up to `timeout` seconds for sends in flight (an unfinished one is
+    /// simply retried after its lease, by the next process).
+    public func stop(timeout: Double = 10) {
+        control.sync {
+            stopped = true
+            timer?.cancel()
+            timer = nil
+        }
+        _ = idle.wait(timeout: .now() + timeout)
+    }
+
+    private func pump() {
+        guard !stopped else { return }
+        let now = clock.nowMilliseconds()
+        let free = configuration.slots - inFlight
+        if free > 0 {
+            do {
+                for message in try outbox.claimDue(limit: free, leaseMilliseconds: configuration.leaseMilliseconds) {
+                    inFlight += 1
+                    idle.enter()
+                    senders.async {
+                        self.deliver(message)
+                        self.control.async {
+                            self.inFlight -= 1
+                            self.idle.leave()
+                            self.pump()
+                        }
+                    }
+                }
+            } catch {
+                logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
+            }
+        }
+        if now - lastPurge > 60_000 {
+            lastPurge = now
+            try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
+        }
+        scheduleTimer(now: now)
+    }
+
+    /// Arms the timer for the next due memo (at most a minute away, so the purge also runs).
+    private func scheduleTimer(now: Int64) {
+        var delay: Int64 = 60_000
+        if let due = try? outbox.nextDueAt() {
+            delay = min(delay, max(due - now, 0))
+        }
+        if inFlight >= configuration.slots && delay == 0 {
+            delay = 60_000  // every slot busy: a finishing send pumps again
+        }
+        timer?.schedule(deadline: .now() + .milliseconds(Int(max(delay, 1))), leeway: .milliseconds(5))
+    }
+
+    private func deliver(_ claimed: ClaimedMessage) {
+        let start = monotonicNanoseconds()
+        guard let content = claimed.content else {
+            logger.error("stored memo cannot be opened; held", metadata: ["message.id": claimed.id])
+            record { try outbox.markFailed(id: claimed.id, status: .held, errorKind: "corrupt", nextAttemptAt: nil) }
+            return
+        }
+        let message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from,
+                                  to: configuration.to, subject: content.subject, body: content.body,
+                                  attempt: claimed.attempt)
+        do {
+            let receipt = try transport.send(message)
+            record { try outbox.markSent(id: claimed.id) }
+            logger.info("delivered", metadata: [
+                "message.id": claimed.id, "attempt": "\(claimed.attempt)",
+                "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",
+            ])
+        } catch {
+            var lifecycle = DeliveryLifecycle(state: .sending(attempt: claimed.attempt))
+            let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
+            let now = clock.nowMilliseconds()
+            lifecycle.attemptFailed(error, now: now, policy: configuration.retryPolicy, random: jitter)
+            let nextAttempt: Int64? = if case .retrying(_, let at) = lifecycle.state { at } else { nil }
+            record {
+                try outbox.markFailed(id: claimed.id, status: lifecycle.status, errorKind: error.kind.rawValue,
+                                      nextAttemptAt: nextAttempt)
+            }
+            logger.warning("delivery failed", metadata: [
+                "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
+                "status": lifecycle.status.rawValue,
+                "retry_in_ms": nextAttempt.map { "\($0 - now)" } ?? "-",
+            ])
+        }
+    }
+
+    /// Writes an outcome; if even that fails the lease expires and the memo is simply tried again.
+    private func record(_ write: () throws -> Void) {
+        do {
+            try write()
+        } catch {
+            logger.error("recording delivery outcome failed", metadata: ["error.kind": Self.kind(of: error)])
+        }
+    }
+
+    static func kind(of error: any Error) -> String {
+        (error as? DatabaseError)?.kind ?? "\(type(of: error))"
+    }
+
+    static func milliseconds(since start: UInt64) -> String {
+        let elapsed = Double(monotonicNanoseconds() - start) / 1_000_000
+        return String(Double(Int(elapsed * 100)) / 100)
+    }
+}

@@ -1,0 +1,223 @@
+/// A mailbox (`name <address>`).
+public struct MailAddress: Sendable, Equatable {
+    /// The display name, or empty.
+    public var name: String
+    /// The address (`local@domain`).
+    public var address: String
+
+    /// Creates an address.
+    public init(name: String = "", address: String) {
+        self.name = name
+        self.address = address
+    }
+
+    /// The domain part, used on the right of the `Message-ID`.
+    public var domain: String {
+        address.split(separator: "@").last.map(String.init) ?? "localhost"
+    }
+
+    /// The header form: an encoded-word display name if it needs one, then `<address>`.
+    var headerValue: String {
+        guard !name.isEmpty else { return "<\(address)>" }
+        let isAtomText = name.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil || " -_.".unicodeScalars.contains($0))
+        }
+        let display = isAtomText ? name : MIME.encodedWords(name, firstLineUsed: 0).joined(separator: " ")
+        return "\(display) <\(address)>"
+    }
+}
+
+/// One memo as an email: renders a correct RFC 5322 / MIME message.
+public struct MailMessage: Sendable, Equatable {
+    /// The memo's id; the `Message-ID` derives from it, so every retry carries the same one.
+    public var id: String
+    /// When the memo was accepted (the `Date` header), epoch milliseconds.
+    public var date: Int64
+    /// `From:` and the envelope sender.
+    public var from: MailAddress
+    /// `To:` and the envelope recipient.
+    public var to: MailAddress
+    /// The subject (may be any Unicode).
+    public var subject: String
+    /// The body (any Unicode; line breaks may be LF or CRLF).
+    public var body: String
+    /// This delivery attempt's number, from 1 (transports use it to check for an earlier, interrupted attempt).
+    public var attempt: Int
+
+    /// Creates a message.
+    public init(id: String, date: Int64, from: MailAddress, to: MailAddress, subject: String, body: String,
+                attempt: Int = 1) {
+        self.id = id
+        self.date = date
+        self.from = from
+        self.to = to
+        self.subject = subject
+        self.body = body
+        self.attempt = attempt
+    }
+
+    /// `<id@domain-of-From>`.
+    public var messageID: String {
+        "<\(id)@\(from.domain)>"
+    }
+
+    /// The full message, CRLF line endings, ready for SMTP or a Maildir file.
+    public func rendered() -> [UInt8] {
+        var headers: [String] = []
+        headers.append("Date: \(Timestamp.rfc5322(milliseconds: date))")
+        headers.append("From: \(from.headerValue)")
+        headers.append("To: \(to.headerValue)")
+        headers.append(MIME.subjectHeader(subject))
+        headers.append("Message-ID: \(messageID)")
+        headers.append("MIME-Version: 1.0")
+        let (encoding, encodedBody) = MIME.encodeBody(body)
+        headers.append("Content-Type: text/plain; charset=utf-8")
+        headers.append("Content-Transfer-Encoding: \(encoding)")
+        headers.append("X-Mailer: Jotter")
+        var bytes = Array((headers.joined(separator: "\r\n") + "\r\n\r\n").utf8)
+        bytes += encodedBody
+        return bytes
+    }
+}
+
+/// MIME encoders: RFC 2047 encoded-words, quoted-printable and base64 (RFC 2045).
+enum MIME {
+    /// `Subject: …`, plain when it is short printable ASCII, else folded UTF-8 encoded-words.
+    static func subjectHeader(_ subject: String) -> String {
+        let name = "Subject: "
+        let isPlain = subject.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
+            && name.count + subject.utf8.count <= 78 && !subject.contains("=?")
+        if isPlain { return name + subject }
+        if subject.isEmpty { return "Subject:" }
+        return name + encodedWords(subject, firstLineUsed: name.count).joined(separator: "\r\n ")
+    }
+
+    /// `=?UTF-8?B?…?=` words of at most 75 characters each, never splitting a character's bytes
+    /// (RFC 2047 section 5 rule 3).
+    static func encodedWords(_ text: String, firstLineUsed: Int) -> [String] {
+        let overhead = "=?UTF-8?B??=".count
+        let maxEncoded = 75 - overhead  // 63 base64 chars → 45 bytes (multiple of 3 keeps words independent)
+        let maxBytes = maxEncoded / 4 * 3
+        var words: [String] = []
+        var chunk: [UInt8] = []
+        for character in text {
+            let bytes = Array(String(character).utf8)
+            if !chunk.isEmpty && chunk.count + bytes.count > maxBytes {
+                words.append("=?UTF-8?B?\(base64(chunk))?=")
+                chunk = []
+            }
+            chunk += bytes
+        }
+        if !chunk.isEmpty { words.append("=?UTF-8?B?\(base64(chunk))?=") }
+        return words
+    }
+
+    /// Chooses 7bit for plain short-lined ASCII, quoted-printable for mostly-ASCII text, base64 otherwise.
+    /// Line breaks become CRLF; the result always ends with CRLF.
+    static func encodeBody(_ body: String) -> (encoding: String, bytes: [UInt8]) {
+        let lines = normalizedLines(body)
+        let utf8 = lines.joined(separator: "\n").utf8
+        let nonASCII = utf8.reduce(0) { $0 + ($1 >= 0x80 ? 1 : 0) }
+        let sevenBit = nonASCII == 0
+            && lines.allSatisfy { line in
+                line.utf8.count <= 998 && !line.hasPrefix("From ")
+                    && line.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 < 0x7F) }
+            }
+        if sevenBit {
+            return ("7bit", Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
+        }
+        if nonASCII * 3 > utf8.count {
+            let encoded = base64(Array(lines.joined(separator: "\r\n").utf8))
+            var out: [UInt8] = []
+            out.reserveCapacity(encoded.utf8.count + encoded.utf8.count / 76 * 2 + 2)
+            var column = 0
+            for byte in encoded.utf8 {
+                out.append(byte)
+                column += 1
+                if column == 76 {
+                    out += [13, 10]
+                    column = 0
+                }
+            }
+            if column > 0 { out += [13, 10] }
+            return ("base64", out)
+        }
+        var out: [UInt8] = []
+        for line in lines {
+            out += quotedPrintable(Array(line.utf8))
+            out += [13, 10]
+        }
+        return ("quoted-printable", out)
+    }
+
+    /// The body's lines, whatever its line breaks (CRLF, LF, CR).
+    static func normalizedLines(_ body: String) -> [String] {
+        var lines: [String] = []
+        var current = ""
+        var previousWasCR = false
+        for scalar in body.unicodeScalars {
+            if scalar == "\r" {
+                lines.append(current)
+                current = ""
+                previousWasCR = true
+                continue
+            }
+            if scalar == "\n" {
+                if !previousWasCR {
+                    lines.append(current)
+                    current = ""
+                }
+                previousWasCR = false
+                continue
+            }
+            previousWasCR = false
+            current.unicodeScalars.append(scalar)
+        }
+        lines.append(current)
+        return lines
+    }
+
+    /// One line, quoted-printable, soft-broken at 76 columns. A leading `F` or `.` is encoded so that
+    /// `From ` lines survive mbox readers and `.` lines survive careless SMTP relays.
+    static func quotedPrintable(_ line: [UInt8]) -> [UInt8] {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        var column = 0
+        for (index, byte) in line.enumerated() {
+            let isLast = index == line.count - 1
+            let mustEncode = byte == 0x3D || byte >= 0x7F || (byte < 0x20 && byte != 0x09)
+                || (isLast && (byte == 0x20 || byte == 0x09))
+                || (index == 0 && (byte == 0x2E || byte == 0x46))
+            let piece: [UInt8] = mustEncode ? [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]] : [byte]
+            if column + piece.count > 75 {
+                out += [0x3D, 13, 10]
+                column = 0
+            }
+            out += piece
+            column += piece.count
+        }
+        return out
+    }
+
+    static func base64(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8 | Int(bytes[index + 2])
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63],
+                    alphabet[value & 63]]
+            index += 3
+        }
+        let remaining = bytes.count - index
+        if remaining == 1 {
+            let value = Int(bytes[index]) << 16
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], 0x3D, 0x3D]
+        } else if remaining == 2 {
+            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63], 0x3D]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

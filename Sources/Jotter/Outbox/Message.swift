@@ -1,0 +1,131 @@
+/// What a client submitted: the memo before it has an id.
+public struct MemoDraft: Sendable, Equatable {
+    /// The subject the client gave, or nil to derive one from the body.
+    public var subject: String?
+    /// The memo's text.
+    public var body: String
+    /// The client's `Idempotency-Key`, if it sent one.
+    public var idempotencyKey: String?
+
+    /// A draft with the given fields.
+    public init(subject: String? = nil, body: String, idempotencyKey: String? = nil) {
+        self.subject = subject
+        self.body = body
+        self.idempotencyKey = idempotencyKey
+    }
+}
+
+/// A memo's contents once opened from the outbox, for delivery.
+public struct MemoContent: Sendable, Equatable {
+    /// The subject (given or derived).
+    public var subject: String
+    /// The body.
+    public var body: String
+
+    /// The stored form: a version byte, the subject's length (4 bytes, big-endian), subject, body.
+    func encoded() -> [UInt8] {
+        let subjectBytes = Array(subject.utf8)
+        let count = UInt32(subjectBytes.count)
+        var bytes: [UInt8] = [1, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF),
+                              UInt8(count & 0xFF)]
+        bytes.reserveCapacity(5 + subjectBytes.count + body.utf8.count)
+        bytes += subjectBytes
+        bytes += body.utf8
+        return bytes
+    }
+
+    /// Reads the stored form back; nil if it is not one.
+    init?(encoded bytes: [UInt8]) {
+        guard bytes.count >= 5, bytes[0] == 1 else { return nil }
+        let count = Int(bytes[1]) << 24 | Int(bytes[2]) << 16 | Int(bytes[3]) << 8 | Int(bytes[4])
+        guard 5 + count <= bytes.count else { return nil }
+        self.subject = String(decoding: bytes[5..<(5 + count)], as: UTF8.self)
+        self.body = String(decoding: bytes[(5 + count)...], as: UTF8.self)
+    }
+
+    /// Creates content.
+    public init(subject: String, body: String) {
+        self.subject = subject
+        self.body = body
+    }
+}
+
+/// A memo's delivery record as `/history` shows it: metadata, and the subject while it is retained.
+public struct MessageRecord: Sendable, Equatable {
+    /// The message id (a lowercase UUID).
+    public var id: String
+    /// When it was accepted, epoch milliseconds.
+    public var createdAt: Int64
+    /// Where it is in its delivery lifecycle.
+    public var status: DeliveryStatus
+    /// How many delivery attempts have started.
+    public var attempts: Int
+    /// When the next attempt is due, if one is scheduled.
+    public var nextAttemptAt: Int64?
+    /// When it was delivered.
+    public var deliveredAt: Int64?
+    /// The kind of the last failure (`timeout`, `auth`, …), never server text.
+    public var lastError: String?
+    /// The subject, while retained.
+    public var subject: String?
+}
+
+/// A memo claimed by the delivery worker: its id, contents and attempt number.
+public struct ClaimedMessage: Sendable {
+    /// The message id.
+    public var id: String
+    /// When it was accepted, epoch milliseconds (the `Date` header uses it, so retries render the same).
+    public var createdAt: Int64
+    /// This attempt's number, from 1.
+    public var attempt: Int
+    /// The opened contents, or nil if the row could not be opened (wrong key or tampered).
+    public var content: MemoContent?
+}
+
+/// The subject Jotter gives a memo sent without one.
+public enum SubjectLine {
+    /// Subjects derived from the body stop at a word boundary near this many characters.
+    public static let targetLength = 60
+
+    /// The first non-blank line of `body`, cut at a word near 60 characters (with `…` when cut).
+    public static func derived(from body: String) -> String {
+        let line = body.split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: " \t") }
+            .first(where: { !$0.isEmpty }) ?? ""
+        let cleaned = sanitized(String(line))
+        guard cleaned.count > targetLength else { return cleaned }
+        let head = cleaned.prefix(targetLength)
+        if let space = head.lastIndex(of: " "), head.distance(from: head.startIndex, to: space) >= targetLength / 2 {
+            return String(head[..<space]) + "…"
+        }
+        return String(head) + "…"
+    }
+
+    /// `subject` on one line: control characters (CR and LF included) become spaces, runs collapse, ends trim.
+    public static func sanitized(_ subject: String) -> String {
+        var result = ""
+        var pendingSpace = false
+        for scalar in subject.unicodeScalars {
+            if scalar.properties.generalCategory == .control || scalar == " " || scalar == "\u{2028}"
+                || scalar == "\u{2029}" {
+                pendingSpace = !result.isEmpty
+                continue
+            }
+            if pendingSpace {
+                result.unicodeScalars.append(" ")
+                pendingSpace = false
+            }
+            result.unicodeScalars.append(scalar)
+        }
+        return result
+    }
+}
+
+extension Substring {
+    func trimmingCharacters(in set: String) -> Substring {
+        var slice = self
+        while let first = slice.first, set.contains(first) { slice = slice.dropFirst() }
+        while let last = slice.last, set.contains(last) { slice = slice.dropLast() }
+        return slice
+    }
+}

@@ -1,0 +1,93 @@
+import CSQLite
+
+/// One SQLite connection. Not thread-safe: its owner serialises every use (see `Outbox`).
+public final class Database {
+    private let connection: OpaquePointer
+    private var statements: [String: Statement] = [:]
+    /// The database file's path.
+    public let path: String
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String, readOnly: Bool = false) throws {
+        var connection: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
+            | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &connection, flags, nil)
+        guard code == SQLITE_OK, let connection else {
+            let error = DatabaseError(code: code, connection: connection)
+            sqlite3_close_v2(connection)
+            throw error
+        }
+        sqlite3_extended_result_codes(connection, 1)
+        self.connection = connection
+        self.path = path
+    }
+
+    deinit {
+        close()
+    }
+
+    private var isClosed = false
+
+    /// Finalizes cached statements and closes the connection; further use is a programming error.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        statements.removeAll()
+        sqlite3_close_v2(connection)
+    }
+
+    /// Runs one or more SQL statements without parameters.
+    public func execute(_ sql: String) throws {
+        let code = sqlite3_exec(connection, sql, nil, nil, nil)
+        guard code == SQLITE_OK else {
+            throw DatabaseError(code: sqlite3_extended_errcode(connection), connection: connection, sql: sql)
+        }
+    }
+
+    /// A prepared statement for `sql`, cached for the connection's life.
+    public func statement(_ sql: String) throws -> Statement {
+        if let cached = statements[sql] { return cached }
+        let statement = try Statement(connection: connection, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs `sql` with `values` bound.
+    public func run(_ sql: String, _ values: [DatabaseValue] = []) throws {
+        try statement(sql).execute(values)
+    }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int {
+        Int(sqlite3_changes(connection))
+    }
+
+    /// Reads a PRAGMA's first column as text.
+    public func pragma(_ name: String) throws -> String? {
+        (try statement("PRAGMA \(name)").firstRow { $0.text(0) }) ?? nil
+    }
+
+    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws.
+    public func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body(self)
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a read transaction, so it sees one consistent snapshot.
+    public func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try execute("BEGIN")
+        defer { try? execute("COMMIT") }
+        return try body(self)
+    }
+}
+
+@available(*, unavailable)
+extension Database: Sendable {}

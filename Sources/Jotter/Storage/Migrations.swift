@@ -1,0 +1,38 @@
+/// The schema, as a numbered list of migrations applied in order and recorded in `PRAGMA user_version`.
+enum Migrations {
+    /// Migration `n` (1-based) is `all[n - 1]`. Append only: never edit a released step.
+    static let all: [String] = [
+        """
+        CREATE TABLE messages (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            created_at INTEGER NOT NULL,
+            sealed_payload BLOB,
+            sealed_subject BLOB,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER,
+            lease_until INTEGER,
+            delivered_at INTEGER,
+            last_error TEXT,
+            idempotency_hash BLOB UNIQUE,
+            payload_hash BLOB NOT NULL
+        );
+        CREATE INDEX messages_due ON messages(status, next_attempt_at);
+        """,
+    ]
+
+    /// Brings `database` up to the newest schema; each step is its own transaction.
+    static func migrate(_ database: Database) throws {
+        let current = Int(try database.pragma("user_version") ?? "0") ?? 0
+        guard current <= all.count else {
+            throw DatabaseError(code: 1, message: "database schema \(current) is newer than this Jotter (\(all.count))")
+        }
+        for (index, sql) in all.enumerated() where index + 1 > current {
+            try database.write { database in
+                try database.execute(sql)
+                try database.execute("PRAGMA user_version = \(index + 1)")
+            }
+        }
+    }
+}

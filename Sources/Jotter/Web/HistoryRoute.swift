@@ -1,0 +1,102 @@
+/// `GET /history`, `GET /history/{id}` and `GET /healthz`: delivery status as JSON, never content
+/// beyond the subject while it is retained.
+struct HistoryRoute: Sendable {
+    let outbox: Outbox
+    static let defaultLimit = 50
+    static let maxLimit = 500
+
+    func list(_ request: HTTPRequest) -> HTTPResponse {
+        var limit = Self.defaultLimit
+        if let text = request.queryValue("limit") {
+            guard let value = Int(text), value >= 1 else {
+                return .error(400, code: "invalid_limit", message: "limit must be a positive integer.")
+            }
+            limit = min(value, Self.maxLimit)
+        }
+        let before = request.queryValue("before")
+        if let before, !Self.isMessageID(before) {
+            return .error(400, code: "invalid_before", message: "before must be a message id.")
+        }
+        do {
+            let records = try outbox.history(limit: limit + 1, before: before)
+            var json = JSONWriter()
+            json.array { json in
+                for record in records.prefix(limit) { Self.write(record, to: &json) }
+            }
+            var response = HTTPResponse.json(200, json.bytes)
+            if records.count > limit, let last = records.prefix(limit).last {
+                response.headers.add(name: "Link", value: "</history?limit=\(limit)&before=\(last.id)>; rel=\"next\"")
+            }
+            return response
+        } catch {
+            return Self.storageError
+        }
+    }
+
+    func one(id: String) -> HTTPResponse {
+        guard Self.isMessageID(id) else {
+            return .error(404, code: "not_found", message: "No memo has this id.")
+        }
+        do {
+            guard let record = try outbox.record(id: id) else {
+                return .error(404, code: "not_found", message: "No memo has this id.")
+            }
+            var json = JSONWriter()
+            Self.write(record, to: &json)
+            var response = HTTPResponse.json(200, json.bytes)
+            response.messageID = id
+            return response
+        } catch {
+            return Self.storageError
+        }
+    }
+
+    func health() -> HTTPResponse {
+        do {
+            let counts = try outbox.counts()
+            var json = JSONWriter()
+            json.object { json in
+                json.field("status", "ok")
+                json.key("outbox")
+                json.object { json in
+                    for status in DeliveryStatus.allCases {
+                        json.field(status.rawValue, Int64(counts[status] ?? 0))
+                    }
+                }
+            }
+            return .json(200, json.bytes)
+        } catch {
+            return .error(503, code: "storage_unavailable", message: "The outbox database cannot be read.")
+        }
+    }
+
+    private static let storageError = HTTPResponse.error(503, code: "storage_unavailable",
+                                                         message: "The outbox database cannot be read.")
+
+    /// A lowercase UUID, the only form Jotter issues.
+    static func isMessageID(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 36 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            if [8, 13, 18, 23].contains(index) {
+                guard byte == UInt8(ascii: "-") else { return false }
+            } else {
+                guard (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) else { return false }
+            }
+        }
+        return true
+    }
+
+    static func write(_ record: MessageRecord, to json: inout JSONWriter) {
+        json.object { json in
+            json.field("id", record.id)
+            json.field("created_at", Timestamp.iso8601(milliseconds: record.createdAt))
+            json.field("status", record.status.rawValue)
+            json.field("attempts", Int64(record.attempts))
+            json.field("next_attempt_at", record.nextAttemptAt.map(Timestamp.iso8601(milliseconds:)))
+            json.field("delivered_at", record.deliveredAt.map(Timestamp.iso8601(milliseconds:)))
+            json.field("last_error", record.lastError)
+            json.field("subject", record.subject)
+        }
+    }
+}

@@ -1,0 +1,263 @@
+import Foundation
+
+/// Why a request body is not a memo. Messages are fixed text and never quote the body.
+public enum MemoDecodingError: HTTPResponseError, Equatable {
+    case empty
+    case undecodable(String)
+    case unsupportedMediaType
+
+    public var status: Int {
+        switch self {
+        case .empty, .undecodable: return 400
+        case .unsupportedMediaType: return 415
+        }
+    }
+
+    public var code: String {
+        switch self {
+        case .empty: return "empty"
+        case .undecodable: return "undecodable"
+        case .unsupportedMediaType: return "unsupported_media_type"
+        }
+    }
+
+    public var message: String {
+        switch self {
+        case .empty: return "The memo is empty."
+        case .undecodable(let why): return why
+        case .unsupportedMediaType:
+            return "Send text/plain, application/x-www-form-urlencoded, multipart/form-data or application/json."
+        }
+    }
+}
+
+/// Turns a request body into a memo's subject and body, for every form `POST /send` accepts.
+public enum MemoDecoder {
+    /// The decoded memo: `subject` is nil when the client gave none.
+    public struct Memo: Equatable, Sendable {
+        public var subject: String?
+        public var body: String
+    }
+
+    /// Decodes `body` according to `contentType` (a missing type is read as plain text).
+    public static func decode(contentType: String?, body: [UInt8]) throws(MemoDecodingError) -> Memo {
+        let media = MediaType(contentType ?? "text/plain")
+        let memo: Memo
+        switch media.type {
+        case "text/plain":
+            guard ["utf-8", "us-ascii", "utf8"].contains(media.parameters["charset"]?.lowercased() ?? "utf-8") else {
+                throw .unsupportedMediaType
+            }
+            memo = Memo(subject: nil, body: try text(body))
+        case "application/x-www-form-urlencoded":
+            memo = try urlEncoded(body)
+        case "application/json":
+            memo = try json(body)
+        case "multipart/form-data":
+            guard let boundary = media.parameters["boundary"], !boundary.isEmpty, boundary.utf8.count <= 200 else {
+                throw .undecodable("multipart/form-data needs a boundary parameter.")
+            }
+            memo = try multipart(body, boundary: Array(boundary.utf8))
+        default:
+            throw .unsupportedMediaType
+        }
+        let normalized = Memo(subject: memo.subject.map(normalizeLineBreaks), body: normalizeLineBreaks(memo.body))
+        if isBlank(normalized.body) && isBlank(normalized.subject ?? "") {
+            throw .empty
+        }
+        return normalized
+    }
+
+    static func text(_ bytes: some Collection<UInt8>) throws(MemoDecodingError) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw .undecodable("The memo is not valid UTF-8.")
+        }
+        return text
+    }
+
+    private static func isBlank(_ text: String) -> Bool {
+        text.unicodeScalars.allSatisfy { $0.properties.isWhitespace }
+    }
+
+    /// CRLF and lone CR become LF: one memo, one representation, whichever client sent it.
+    private static func normalizeLineBreaks(_ text: String) -> String {
+        guard text.utf8.contains(13) else { return text }
+        return text.replacingOccurrences(of: "\r\n", with: "\n").replacingOccurrences(of: "\r", with: "\n")
+    }
+
+    // MARK: application/x-www-form-urlencoded
+
+    /// Fields `body` and `subject`; when neither is present the raw body is the memo, so
+    /// `curl -d "buy milk"` (which sends this type) means what it says.
+    static func urlEncoded(_ bytes: [UInt8]) throws(MemoDecodingError) -> Memo {
+        var body: String?
+        var subject: String?
+        for pair in bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            guard let equals = pair.firstIndex(of: UInt8(ascii: "=")) else { continue }
+            let name = percentDecoded(pair[pair.startIndex..<equals])
+            guard name == Array("body".utf8) || name == Array("subject".utf8) else { continue }
+            guard let value = percentDecoded(pair[(equals + 1)...]) else {
+                throw .undecodable("A form field is not correctly percent-encoded.")
+            }
+            if name == Array("body".utf8) {
+                body = try text(value)
+            } else {
+                subject = try text(value)
+            }
+        }
+        if body == nil && subject == nil {
+            return Memo(subject: nil, body: try text(bytes))
+        }
+        return Memo(subject: subject, body: body ?? "")
+    }
+
+    /// `+` is a space and `%XX` a byte; nil for a malformed escape.
+    static func percentDecoded(_ bytes: ArraySlice<UInt8>) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "+") {
+                out.append(0x20)
+            } else if byte == UInt8(ascii: "%") {
+                guard index + 2 < bytes.endIndex,
+                      let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) else { return nil }
+                out.append(high << 4 | low)
+                index += 2
+            } else {
+                out.append(byte)
+            }
+            index += 1
+        }
+        return out
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    // MARK: application/json
+
+    private struct JSONMemo: Decodable {
+        var body: String?
+        var subject: String?
+    }
+
+    /// `{"body": "…", "subject": "…"}`; both optional strings, anything else is refused.
+    static func json(_ bytes: [UInt8]) throws(MemoDecodingError) -> Memo {
+        let decoded: JSONMemo
+        do {
+            decoded = try JSONDecoder().decode(JSONMemo.self, from: Data(bytes))
+        } catch {
+            throw .undecodable("The body is not a JSON object with string fields \"body\" and \"subject\".")
+        }
+        return Memo(subject: decoded.subject, body: decoded.body ?? "")
+    }
+
+    // MARK: multipart/form-data (RFC 7578)
+
+    /// Parts named `body` and `subject` (a part may be a file upload); other parts are ignored.
+    static func multipart(_ bytes: [UInt8], boundary: [UInt8]) throws(MemoDecodingError) -> Memo {
+        let malformed = MemoDecodingError.undecodable("The multipart body is malformed.")
+        let delimiter = Array("--".utf8) + boundary
+        guard var cursor = find(delimiter, in: bytes, from: 0) else { throw malformed }
+        var body: String?
+        var subject: String?
+        while true {
+            cursor += delimiter.count
+            if bytes[cursor...].starts(with: Array("--".utf8)) { break }  // close delimiter
+            // Skip transport padding and the CRLF after the delimiter.
+            while cursor < bytes.count && (bytes[cursor] == 0x20 || bytes[cursor] == 0x09) { cursor += 1 }
+            guard bytes[cursor...].starts(with: [13, 10]) else { throw malformed }
+            cursor += 2
+            guard let headerEnd = find([13, 10, 13, 10], in: bytes, from: cursor) else { throw malformed }
+            let headers = try text(bytes[cursor..<headerEnd])
+            let contentStart = headerEnd + 4
+            guard let next = find([13, 10] + delimiter, in: bytes, from: contentStart) else { throw malformed }
+            let content = bytes[contentStart..<next]
+            switch partName(headers) {
+            case "body": body = try text(content)
+            case "subject": subject = try text(content)
+            default: break
+            }
+            cursor = next + 2
+        }
+        guard body != nil || subject != nil else {
+            throw .undecodable("The multipart body has no \"body\" field.")
+        }
+        return Memo(subject: subject, body: body ?? "")
+    }
+
+    /// The `name` parameter of a part's `Content-Disposition: form-data` header.
+    private static func partName(_ headers: String) -> String? {
+        for line in headers.split(separator: "\r\n") {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, String(parts[0]).caseInsensitiveEquals("Content-Disposition") else { continue }
+            return MediaType(String(parts[1])).parameters["name"]
+        }
+        return nil
+    }
+
+    private static func find(_ needle: [UInt8], in haystack: [UInt8], from start: Int) -> Int? {
+        guard !needle.isEmpty, haystack.count >= needle.count, start <= haystack.count - needle.count else {
+            return nil
+        }
+        let first = needle[0]
+        var index = start
+        let last = haystack.count - needle.count
+        while index <= last {
+            if haystack[index] == first && haystack[index..<(index + needle.count)].elementsEqual(needle) {
+                return index
+            }
+            index += 1
+        }
+        return nil
+    }
+}
+
+/// A parsed `type/subtype; name=value; …` header value (Content-Type, Content-Disposition).
+struct MediaType {
+    /// The lowercased `type/subtype` (or disposition type).
+    var type: String
+    /// Parameters, names lowercased, quotes removed.
+    var parameters: [String: String] = [:]
+
+    init(_ value: String) {
+        var pieces = MediaType.splitParameters(value)
+        type = pieces.isEmpty ? "" : String(pieces.removeFirst().trimmingCharacters(in: " \t")).lowercased()
+        for piece in pieces {
+            guard let equals = piece.firstIndex(of: "=") else { continue }
+            let name = piece[..<equals].trimmingCharacters(in: " \t").lowercased()
+            var value = piece[piece.index(after: equals)...].trimmingCharacters(in: " \t")
+            if value.count >= 2 && value.hasPrefix("\"") && value.hasSuffix("\"") {
+                value = value.dropFirst().dropLast()
+            }
+            parameters[name] = String(value).replacingOccurrences(of: "\\\"", with: "\"")
+        }
+    }
+
+    /// Splits on `;` outside quotes.
+    private static func splitParameters(_ value: String) -> [Substring] {
+        var pieces: [Substring] = []
+        var start = value.startIndex
+        var inQuotes = false
+        var index = value.startIndex
+        while index < value.endIndex {
+            let character = value[index]
+            if character == "\"" { inQuotes.toggle() }
+            if character == ";" && !inQuotes {
+                pieces.append(value[start..<index])
+                start = value.index(after: index)
+            }
+            index = value.index(after: index)
+        }
+        pieces.append(value[start...])
+        return pieces
+    }
+}

@@ -1,0 +1,59 @@
+/// `POST /` and `POST /send`: decode, validate, store durably, then answer.
+///
+/// The answer is `204` with `X-Message-Id` only after the memo's batch has committed to disk; a
+/// browser's plain form post (no JavaScript) gets `303 → /` instead, so the page comes back empty.
+struct SendRoute: Sendable {
+    let outbox: Outbox
+
+    /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
+    static func validIdempotencyKey(_ key: String) -> Bool {
+        (1...256).contains(key.utf8.count) && key.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
+    func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let memo: MemoDecoder.Memo
+        do {
+            memo = try MemoDecoder.decode(contentType: request.headers["Content-Type"], body: request.body)
+        } catch {
+            respond(error.response)
+            return
+        }
+        let keys = request.headers.values("Idempotency-Key")
+        guard keys.count <= 1, keys.allSatisfy(Self.validIdempotencyKey) else {
+            respond(.error(400, code: "invalid_idempotency_key",
+                           message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
+            return
+        }
+        let navigation = Self.isFormNavigation(request)
+        outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first)) { result in
+            switch result {
+            case .success(let outcome):
+                var response = navigation
+                    ? HTTPResponse(status: 303, headers: ["Location": "/"])
+                    : HTTPResponse(status: 204)
+                response.headers.add(name: "X-Message-Id", value: outcome.id)
+                response.messageID = outcome.id
+                respond(response)
+            case .failure(.idempotencyConflict):
+                respond(.error(409, code: "idempotency_conflict",
+                               message: "This Idempotency-Key was already used for a different memo."))
+            case .failure(.storage(_, let diskFull)):
+                var response = HTTPResponse.error(
+                    503, code: "storage_unavailable",
+                    message: diskFull ? "The server's disk is full; the memo was not stored."
+                        : "The server could not store the memo; it was not stored.")
+                response.headers.add(name: "Retry-After", value: "30")
+                respond(response)
+            }
+        }
+    }
+
+    /// A top-level form submission from a browser (rather than `fetch` or a script).
+    static func isFormNavigation(_ request: HTTPRequest) -> Bool {
+        if let mode = request.headers["Sec-Fetch-Mode"] {
+            return mode == "navigate"
+        }
+        let accept = request.headers["Accept"] ?? ""
+        return accept.hasPrefix("text/html")
+    }
+}

@@ -1,0 +1,44 @@
+import Dispatch
+import Foundation
+import Jotter
+
+// The thin executable: read flags and environment into a Configuration, start, wait for a signal, stop.
+
+let environment = ProcessInfo.processInfo.environment
+let command: CommandLineOptions.Command
+do {
+    command = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()), environment: environment,
+                                           sourceRoot: #filePath)
+} catch {
+    FileHandle.standardError.write(Data("jotter: \(error)\nTry 'jotter --help'.\n".utf8))
+    exit(2)
+}
+
+switch command {
+case .help(let text):
+    print(text)
+case .serve(let configuration):
+    let application: Application
+    do {
+        application = try Application(configuration: configuration,
+                                      credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
+    } catch {
+        FileHandle.standardError.write(Data("jotter: cannot start: \(error)\n".utf8))
+        exit(1)
+    }
+    let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
+    print("Listening on http://\(host):\(application.port)")
+    fflush(nil)  // all streams: scripts wait for this line
+    var sources: [any DispatchSourceSignal] = []
+    for signalNumber in [SIGINT, SIGTERM] {
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
+        source.setEventHandler {
+            application.stop()
+            exit(0)
+        }
+        source.resume()
+        sources.append(source)
+    }
+    dispatchMain()
+}
