@@ -1,0 +1,38 @@
+# Jotter: `make run` serves on http://127.0.0.1:7373, `make test` runs every test.
+# Both install the Debian packages they need first (as root, or through sudo).
+
+SWIFT ?= swift
+PORT ?= 7373
+HOST ?= 127.0.0.1
+ARGS ?=
+
+# What building and running needs.
+RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev
+# What the tests need besides: Debian's Python (an independent reader of delivered mail),
+# a real SMTP server, a browser, and the benchmark tools.
+TEST_PACKAGES = python3 python3-aiosmtpd chromium
+
+
+
+.PHONY: run build test deps test-deps clean bench
+
+run: build
+	.build/release/jotter serve --host $(HOST) --port $(PORT) $(ARGS)
+
+build: deps
+	$(SWIFT) build -c release --product jotter
+
+test: deps test-deps
+	$(SWIFT) test
+
+bench: deps
+	bench/http
+
+deps:
+	@bin/install-packages $(RUN_PACKAGES)
+
+test-deps:
+	@bin/install-packages $(TEST_PACKAGES)
+
+clean:
+	rm -rf .build

@@ -1,0 +1,66 @@
+import Foundation
+@testable import Jotter
+
+/// A whole Jotter (outbox, worker, HTTP on 127.0.0.1:0) started in-process by a test, with its logs
+/// captured in memory. Stop it with `stop()`; the data directory outlives it so a test can restart.
+final class TestServer: @unchecked Sendable {
+    let application: Application
+    let dataDirectory: String
+    let logs: LogSink
+
+    init(dataDirectory: String, maxBodyBytes: Int = 256 * 1024, transport: (any Transport)? = nil,
+         relay: String? = nil, clock: any WallClock = SystemClock(),
+         configure: (inout Configuration) -> Void = { _ in }) throws {
+        var configuration = Configuration(dataDirectory: dataDirectory, publicDirectory: Repository.publicDirectory)
+        configuration.http.host = "127.0.0.1"
+        configuration.http.port = 0
+        configuration.http.maxBodyBytes = maxBodyBytes
+        configuration.relay = relay
+        configuration.logLevel = .debug
+        configure(&configuration)
+        let logs = LogSink.memory()
+        self.logs = logs
+        self.dataDirectory = dataDirectory
+        application = try Application(configuration: configuration, transport: transport, clock: clock,
+                                      logSink: logs)
+    }
+
+    var port: Int { application.port }
+    var outbox: Outbox { application.outbox }
+    var maildir: String { dataDirectory + "/Maildir" }
+
+    func stop() {
+        application.stop()
+    }
+
+    /// Sends raw bytes and reads the whole response.
+    func raw(_ request: String) throws -> RawHTTP.Response {
+        try RawHTTP.exchange(port: port, request: Array(request.utf8))
+    }
+
+    /// A request built from parts, with `Host` and `Content-Length` filled in unless given.
+    func request(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [])
+        throws -> RawHTTP.Response {
+        try RawHTTP.request(port: port, method: method, path: path, headers: headers, body: body)
+    }
+
+    /// Polls `condition` until true or `timeout` seconds pass.
+    func waitUntil(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+        try TestServer.waitUntil(timeout: timeout, condition)
+    }
+
+    static func waitUntil(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return true }
+            usleep(10_000)
+        }
+        return try condition()
+    }
+
+    /// Files in the Maildir's `new/`.
+    func deliveredFiles() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: maildir + "/new")) ?? []).sorted()
+            .map { maildir + "/new/" + $0 }
+    }
+}
