@@ -40,4 +40,8 @@ static inline CURLcode jotter_curl_getinfo_long(CURL *handle, CURLINFO info, lon
     return curl_easy_getinfo(handle, info, value);
 }
 
+static inline CURLcode jotter_curl_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
 #endif

@@ -24,13 +24,20 @@ public final class Application: Sendable {
         dataDirectory = try DataDirectory(path: configuration.dataDirectory)
         let key = try KeyStore.load(path: dataDirectory.keyPath,
                                     credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
-        let transport = try transport
-            ?? RelayURL.transport(for: configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
+        let relay = try RelayURL(configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
+        let transport = transport ?? relay.transport
+        var delivery = configuration.delivery
+        if let from = relay.from { delivery.from = from }
+        if let to = relay.to { delivery.to = to }
         outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                             logger: logger.labelled("outbox"))
-        worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration.delivery,
+        worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
                                 clock: clock, logger: logger.labelled("delivery"))
-        let router = try Self.routes(outbox: outbox, publicDirectory: configuration.publicDirectory)
+        if try outbox.settingChanged("relay", fingerprint: Array((configuration.relay ?? "maildir:default").utf8)) {
+            let count = try outbox.requeueFailed()
+            logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
+        }
+        let router = try Self.routes(outbox: outbox, worker: worker, publicDirectory: configuration.publicDirectory)
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http")) { request, respond in
             router.handle(request, respond: respond)
         }
@@ -56,7 +63,7 @@ public final class Application: Sendable {
         outbox.close()
     }
 
-    static func routes(outbox: Outbox, publicDirectory: String) throws -> Router {
+    static func routes(outbox: Outbox, worker: DeliveryWorker, publicDirectory: String) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory)
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox)
@@ -68,6 +75,9 @@ public final class Application: Sendable {
         router.add("GET", "/history") { request, _, respond in respond(history.list(request)) }
         router.add("GET", "/history/{id}") { _, parameters, respond in
             respond(history.one(id: parameters["id"] ?? ""))
+        }
+        router.add("POST", "/history/{id}/retry") { _, parameters, respond in
+            respond(history.retry(id: parameters["id"] ?? "") { worker.wake() })
         }
         router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
         router.add("GET", "/favicon.ico") { _, _, respond in

@@ -37,7 +37,18 @@ public enum CommandLineOptions {
           --data-dir PATH      database, key and default Maildir (JOTTER_DATA_DIR;
                                default $XDG_DATA_HOME/jotter, else ~/.local/share/jotter)
           --relay URL          where memos are delivered (JOTTER_RELAY;
-                               default maildir:<data-dir>/Maildir)
+                               default maildir:<data-dir>/Maildir):
+                                 maildir:PATH
+                                 smtp://USER:PASS@HOST:587   (STARTTLS required)
+                                 smtps://USER:PASS@HOST:465  (implicit TLS)
+                                 resend://API_KEY?to=ME@EXAMPLE.COM
+                                 sendmail:  or  sendmail:/path/to/sendmail
+                                 markdown:/path/to/vault/folder   (daily notes)
+                               options: ?from=ADDR&to=ADDR, ?ca=CA-BUNDLE, ?timeout=SECONDS
+          --relay-file PATH    read the relay URL from this file, so secrets stay out of
+                               ps and shell history (JOTTER_RELAY_FILE)
+          --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
+          --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
           --max-body BYTES     largest memo request accepted (JOTTER_MAX_BODY; default 262144)
           --public-dir PATH    the page's files (JOTTER_PUBLIC_DIR; default ./Public)
           --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_LOG_LEVEL; default info)
@@ -60,7 +71,8 @@ public enum CommandLineOptions {
         }
         var values: [String: String] = [:]
         let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
-                     "--relay": "JOTTER_RELAY", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
+                     "--relay": "JOTTER_RELAY", "--relay-file": "JOTTER_RELAY_FILE", "--slots": "JOTTER_SLOTS",
+                     "--retry-cap": "JOTTER_RETRY_CAP", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
         for (flag, variable) in flags {
             if let value = environment[variable], !value.isEmpty { values[flag] = value }
@@ -86,6 +98,24 @@ public enum CommandLineOptions {
         var configuration = Configuration(dataDirectory: dataDirectory,
                                           publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
         configuration.relay = values["--relay"]
+        if let path = values["--relay-file"] {
+            guard configuration.relay == nil else {
+                throw UsageError(description: "give --relay or --relay-file, not both")
+            }
+            configuration.relay = try readRelayFile(path)
+        }
+        if let slots = values["--slots"] {
+            guard let number = Int(slots), (1...64).contains(number) else {
+                throw UsageError(description: "--slots must be a number from 1 to 64")
+            }
+            configuration.delivery.slots = number
+        }
+        if let cap = values["--retry-cap"] {
+            guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
+                throw UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
+            }
+            configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
+        }
         if let host = values["--host"] {
             guard !host.isEmpty else { throw UsageError(description: "--host needs a value") }
             configuration.http.host = host
@@ -109,6 +139,26 @@ public enum CommandLineOptions {
             configuration.logLevel = parsed
         }
         return .serve(configuration)
+    }
+
+    /// The first non-blank line of the file (the URL); the error never repeats the file's content.
+    static func readRelayFile(_ path: String) throws -> String {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw UsageError(description: "cannot read --relay-file \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 65536 {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            bytes += buffer[0..<count]
+        }
+        let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: " \t") }.first(where: { !$0.isEmpty })
+        guard let line else { throw UsageError(description: "--relay-file \(path) is empty") }
+        return String(line)
     }
 
     /// `./Public` when it holds the page, else the checkout's `Public/` next to `Sources/`.

@@ -7,7 +7,12 @@ import Synchronization
 /// A serial control queue owns the scheduling state and a `DispatchSourceTimer` for the next due
 /// retry; sends run on a concurrent queue, at most `slots` at a time, so a slow relay holds one slot.
 ///
-/// `@unchecked Sendable`: `inFlight`, `timer`, `stopped` and `lastPurge` are touched only on `control`.
+/// When the relay cannot be reached at all (refused, no route, DNS), the worker stops walking the
+/// backoff ladder: it holds further claims, probes the relay cheaply every few seconds, and makes
+/// every waiting retry due the moment the relay answers.
+///
+/// `@unchecked Sendable`: the scheduling state (`inFlight`, `timer`, `stopped`, `offline`, …) is
+/// touched only on `control`.
 public final class DeliveryWorker: @unchecked Sendable {
     /// The worker's settings.
     public struct Configuration: Sendable {
@@ -23,6 +28,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         public var to = MailAddress(address: "me@localhost")
         /// How long a delivered memo's subject stays in `/history`.
         public var subjectRetentionMilliseconds: Int64 = 7 * 24 * 3_600_000
+        /// While the relay is unreachable, how often to probe it (instead of backing off).
+        public var offlineProbeMilliseconds: Int64 = 3000
 
         /// The defaults.
         public init() {}
@@ -40,6 +47,10 @@ public final class DeliveryWorker: @unchecked Sendable {
     private var timer: (any DispatchSourceTimer)?
     private var stopped = true
     private var lastPurge: Int64 = 0
+    /// The relay was unreachable: no claims until a probe succeeds.
+    private var offline = false
+    private var probing = false
+    private var lastProbe: Int64 = 0
     private let random = Mutex(SystemRandomNumberGenerator())
 
     /// A worker for `outbox` delivering through `transport`.
@@ -87,6 +98,10 @@ public final class DeliveryWorker: @unchecked Sendable {
     private func pump() {
         guard !stopped else { return }
         let now = clock.nowMilliseconds()
+        if offline {
+            probeIfDue(now: now)
+            return
+        }
         let free = configuration.slots - inFlight
         if free > 0 {
             do {
@@ -111,6 +126,40 @@ public final class DeliveryWorker: @unchecked Sendable {
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
         }
         scheduleTimer(now: now)
+    }
+
+    /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
+    private func probeIfDue(now: Int64) {
+        let dueAt = lastProbe + configuration.offlineProbeMilliseconds
+        if !probing && now >= dueAt {
+            probing = true
+            lastProbe = now
+            senders.async {
+                let reachable = self.transport.probe()
+                self.control.async {
+                    self.probing = false
+                    if reachable && self.offline {
+                        self.offline = false
+                        self.logger.notice("relay reachable again; flushing")
+                        self.record { try self.outbox.makeRetriesDue() }
+                    }
+                    self.pump()
+                }
+            }
+        }
+        let wait = max(1, (probing ? now : lastProbe) + configuration.offlineProbeMilliseconds - now)
+        timer?.schedule(deadline: .now() + .milliseconds(Int(wait)), leeway: .milliseconds(20))
+    }
+
+    private func goOffline() {
+        control.async {
+            guard !self.offline else { return }
+            self.offline = true
+            self.lastProbe = self.clock.nowMilliseconds()
+            self.logger.warning("relay unreachable; probing", metadata: [
+                "probe_every_ms": "\(self.configuration.offlineProbeMilliseconds)",
+            ])
+        }
     }
 
     /// Arms the timer for the next due memo (at most a minute away, so the purge also runs).
@@ -143,14 +192,22 @@ public final class DeliveryWorker: @unchecked Sendable {
                 "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",
             ])
         } catch {
-            var lifecycle = DeliveryLifecycle(state: .sending(attempt: claimed.attempt))
-            let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
             let now = clock.nowMilliseconds()
-            lifecycle.attemptFailed(error, now: now, policy: configuration.retryPolicy, random: jitter)
+            var lifecycle = DeliveryLifecycle(state: .sending(attempt: claimed.backoffStep + 1))
+            var step = claimed.backoffStep
+            if error.isOffline {
+                // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
+                lifecycle.relayUnreachable(retryAt: now + configuration.offlineProbeMilliseconds)
+                goOffline()
+            } else {
+                let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
+                lifecycle.attemptFailed(error, now: now, policy: configuration.retryPolicy, random: jitter)
+                step += 1
+            }
             let nextAttempt: Int64? = if case .retrying(_, let at) = lifecycle.state { at } else { nil }
             record {
                 try outbox.markFailed(id: claimed.id, status: lifecycle.status, errorKind: error.kind.rawValue,
-                                      nextAttemptAt: nextAttempt)
+                                      nextAttemptAt: nextAttempt, backoffStep: step)
             }
             logger.warning("delivery failed", metadata: [
                 "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,

@@ -1,33 +1,145 @@
-/// Builds the transport a relay URL names.
-public enum RelayURL {
+import Foundation
+
+/// A relay URL, parsed: which transport, and the envelope addresses it implies.
+///
+/// `maildir:PATH` · `smtp://user:pass@host:587` (STARTTLS required) · `smtps://user:pass@host:465` ·
+/// `resend://API_KEY` · `sendmail:` or `sendmail:/path/to/sendmail` · `markdown:/path/to/folder`.
+/// Query options: `from=`, `to=` (addresses), `tls=none` (SMTP to a loopback host only), `ca=PATH`
+/// (a CA bundle, for tests), `base=URL` (Resend's API base, for tests), `timeout=SECONDS`.
+public struct RelayURL: Sendable {
     /// Why a relay URL was refused. Descriptions never repeat the URL: it may hold a password or API key.
     public enum Failure: Error, CustomStringConvertible, Equatable, Sendable {
         case unsupportedScheme(String)
-        case missingPath
+        case missingPath(scheme: String)
+        case missingHost
+        case missingCredential
+        case invalid(String)
 
         public var description: String {
             switch self {
             case .unsupportedScheme(let scheme):
-                return "relay scheme '\(scheme)' is not supported by this build (supported: maildir:)"
-            case .missingPath:
-                return "maildir: relay needs a path, as in maildir:/home/me/Maildir"
+                return "relay scheme '\(scheme)' is not supported (use maildir:, smtp://, smtps://, resend://, "
+                    + "sendmail: or markdown:)"
+            case .missingPath(let scheme):
+                return "\(scheme): relay needs a path, as in \(scheme):/home/me/folder"
+            case .missingHost:
+                return "the relay URL needs a host"
+            case .missingCredential:
+                return "resend:// needs an API key, as in resend://re_123…"
+            case .invalid(let what):
+                return "the relay URL is invalid: \(what)"
             }
         }
     }
 
-    /// The transport for `relay`: `maildir:PATH` (or `maildir://PATH`).
-    public static func transport(for relay: String) throws -> any Transport {
+    /// The transport to deliver through.
+    public let transport: any Transport
+    /// The sender address the URL sets (`?from=`, or the SMTP user when it is an address).
+    public let from: MailAddress?
+    /// The recipient the URL sets (`?to=`, or the SMTP user when it is an address).
+    public let to: MailAddress?
+    /// The scheme alone, safe to log.
+    public let scheme: String
+
+    /// Parses `relay` and builds its transport.
+    public init(_ relay: String) throws {
         guard let colon = relay.firstIndex(of: ":") else { throw Failure.unsupportedScheme("") }
         let scheme = relay[..<colon].lowercased()
-        var rest = relay[relay.index(after: colon)...]
+        let rest = String(relay[relay.index(after: colon)...])
+        self.scheme = scheme
         switch scheme {
-        case "maildir":
-            if rest.hasPrefix("//") { rest = rest.dropFirst(2) }
-            guard !rest.isEmpty else { throw Failure.missingPath }
-            return try MaildirTransport(path: String(rest))
+        case "maildir", "markdown":
+            var path = rest.hasPrefix("//") ? String(rest.dropFirst(2)) : rest
+            path = path.removingPercentEncoding ?? path
+            guard !path.isEmpty else { throw Failure.missingPath(scheme: scheme) }
+            transport = scheme == "maildir" ? try MaildirTransport(path: path) : try MarkdownTransport(folder: path)
+            from = nil
+            to = nil
+        case "sendmail":
+            let path = rest.isEmpty || rest == "//" ? "/usr/sbin/sendmail" : rest
+            transport = SendmailTransport(path: path)
+            from = nil
+            to = nil
+        case "smtp", "smtps":
+            let url = try Self.components(relay)
+            guard let host = url.host, !host.isEmpty else { throw Failure.missingHost }
+            let query = Self.query(url)
+            let user = url.user.map { $0.removingPercentEncoding ?? $0 }
+            let password = url.password.map { $0.removingPercentEncoding ?? $0 }
+            let tlsNone = query["tls"] == "none"
+            if tlsNone && !Self.isLoopback(host) {
+                throw Failure.invalid("tls=none is only allowed for a loopback host")
+            }
+            let userAddress = user.flatMap { $0.contains("@") ? MailAddress(address: $0) : nil }
+            let from = try query["from"].map(Self.address) ?? userAddress
+            let to = try query["to"].map(Self.address) ?? userAddress ?? from
+            guard let from, let to else {
+                throw Failure.invalid("set ?from= and ?to= (or use an address as the user name)")
+            }
+            self.from = from
+            self.to = to
+            transport = SMTPTransport(settings: .init(
+                host: host, port: url.port ?? (scheme == "smtps" ? 465 : 587), implicitTLS: scheme == "smtps",
+                requireTLS: !tlsNone, username: user, password: password, caFile: query["ca"],
+                timeoutSeconds: Int(query["timeout"] ?? "") ?? 60))
+        case "resend":
+            let url = try Self.components(relay)
+            let query = Self.query(url)
+            let key = (url.host ?? url.user ?? "").removingPercentEncoding ?? ""
+            guard !key.isEmpty else { throw Failure.missingCredential }
+            guard let toText = query["to"] else { throw Failure.invalid("resend:// needs ?to=you@example.com") }
+            let to = try Self.address(toText)
+            let from = try Self.address(query["from"] ?? "Jotter <onboarding@resend.dev>")
+            let base = query["base"] ?? "https://api.resend.com"
+            guard let baseURL = URLComponents(string: base), let baseHost = baseURL.host,
+                  baseURL.scheme == "https" || (baseURL.scheme == "http" && Self.isLoopback(baseHost)) else {
+                throw Failure.invalid("base= must be an https URL (http only for a loopback host)")
+            }
+            self.from = from
+            self.to = to
+            transport = ResendTransport(settings: .init(
+                apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base, caFile: query["ca"],
+                timeoutSeconds: Int(query["timeout"] ?? "") ?? 30))
         default:
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw Failure.unsupportedScheme(String(safe.prefix(20)))
         }
+    }
+
+    private static func components(_ relay: String) throws -> URLComponents {
+        guard let url = URLComponents(string: relay) else { throw Failure.invalid("it does not parse as a URL") }
+        return url
+    }
+
+    private static func query(_ url: URLComponents) -> [String: String] {
+        var result: [String: String] = [:]
+        for item in url.queryItems ?? [] { result[item.name] = item.value ?? "" }
+        return result
+    }
+
+    /// `name <a@b>` or `a@b`.
+    static func address(_ text: String) throws -> MailAddress {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if let open = trimmed.lastIndex(of: "<"), trimmed.hasSuffix(">") {
+            let address = String(trimmed[trimmed.index(after: open)..<trimmed.index(before: trimmed.endIndex)])
+            let name = trimmed[..<open].trimmingCharacters(in: CharacterSet(charactersIn: " \""))
+            guard isAddress(address) else { throw Failure.invalid("not an email address in from=/to=") }
+            return MailAddress(name: name, address: address)
+        }
+        guard isAddress(trimmed) else { throw Failure.invalid("not an email address in from=/to=") }
+        return MailAddress(address: trimmed)
+    }
+
+    /// A plain `local@domain` with nothing that could break a header or an SMTP command.
+    static func isAddress(_ text: String) -> Bool {
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        return parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty
+            && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && !"<>()[],;:\\\"".unicodeScalars.contains($0) }
+    }
+
+    /// `localhost`, `127.x.x.x` or `::1`.
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
     }
 }

@@ -16,4 +16,12 @@ public struct DeliveryReceipt: Sendable, Equatable {
 public protocol Transport: Sendable {
     /// Delivers `message`.
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt
+
+    /// A cheap check that the destination answers at all (a TCP connect), used while it is unreachable
+    /// instead of walking the backoff ladder. Local destinations are always reachable.
+    func probe() -> Bool
+}
+
+extension Transport {
+    public func probe() -> Bool { true }
 }

@@ -19,6 +19,13 @@ public struct HTTPResponse: Sendable {
         self.messageID = messageID
     }
 
+    /// The same response with another status.
+    public func with(status: Int) -> HTTPResponse {
+        var copy = self
+        copy.status = status
+        return copy
+    }
+
     /// A JSON response from already-encoded bytes.
     public static func json(_ status: Int, _ body: [UInt8]) -> HTTPResponse {
         HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: body)

@@ -69,6 +69,12 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         }
     }
 
+    /// The relay could not be reached at all: wait for it (the worker probes) rather than back off.
+    public mutating func relayUnreachable(retryAt: Int64) {
+        guard case .sending(let attempt) = state else { preconditionFailure("unreachable while \(state)") }
+        state = .retrying(attempt: attempt, at: retryAt)
+    }
+
     /// A stored row could not be opened: keep it aside, never drop it.
     public mutating func hold(reason: String) {
         state = .held(reason: reason)

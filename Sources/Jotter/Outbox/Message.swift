@@ -78,6 +78,9 @@ public struct ClaimedMessage: Sendable {
     public var createdAt: Int64
     /// This attempt's number, from 1.
     public var attempt: Int
+    /// Rungs already climbed on the backoff ladder (attempts that failed while the relay was offline
+    /// do not count: the worker probed instead of backing off).
+    public var backoffStep: Int = 0
     /// The opened contents, or nil if the row could not be opened (wrong key or tampered).
     public var content: MemoContent?
 }

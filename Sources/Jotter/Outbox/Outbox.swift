@@ -222,13 +222,14 @@ public final class Outbox: @unchecked Sendable {
                     WHERE (status IN ('queued', 'retrying') AND next_attempt_at <= ?2)
                        OR (status = 'sending' AND lease_until <= ?2)
                     ORDER BY next_attempt_at, seq LIMIT ?3)
-                RETURNING id, created_at, attempts, sealed_payload
+                RETURNING id, created_at, attempts, sealed_payload, backoff_step
                 """).rows([.integer(now + leaseMilliseconds), .integer(now), .integer(Int64(limit))]) { row in
-                (row.text(0) ?? "", row.int64(1), Int(row.int64(2)), row.blob(3))
+                (row.text(0) ?? "", row.int64(1), Int(row.int64(2)), row.blob(3), Int(row.int64(4)))
             }
         }
-        return rows.map { id, createdAt, attempts, sealed in
-            ClaimedMessage(id: id, createdAt: createdAt, attempt: attempts, content: open(sealed, id: id))
+        return rows.map { id, createdAt, attempts, sealed, step in
+            ClaimedMessage(id: id, createdAt: createdAt, attempt: attempts, backoffStep: step,
+                           content: open(sealed, id: id))
         }
     }
 
@@ -253,14 +254,76 @@ public final class Outbox: @unchecked Sendable {
     }
 
     /// Records a failed attempt: `retrying` at `nextAttemptAt`, or `failed`/`held` (kept, never dropped).
-    public func markFailed(id: String, status: DeliveryStatus, errorKind: String, nextAttemptAt: Int64?) throws {
+    public func markFailed(id: String, status: DeliveryStatus, errorKind: String, nextAttemptAt: Int64?,
+                           backoffStep: Int = 0) throws {
         precondition([.retrying, .failed, .held].contains(status), "not a failure status: \(status)")
         try performWrite { database in
             try database.run("""
-                UPDATE messages SET status = ?, last_error = ?, next_attempt_at = ?, lease_until = NULL
+                UPDATE messages SET status = ?, last_error = ?, next_attempt_at = ?, lease_until = NULL,
+                                    backoff_step = ?
                 WHERE id = ? AND status = 'sending'
                 """, [.text(status.rawValue), .text(errorKind), nextAttemptAt.map { .integer($0) } ?? .null,
-                      .text(id)])
+                      .integer(Int64(backoffStep)), .text(id)])
+        }
+    }
+
+    /// What `requeue(id:)` did.
+    public enum RequeueOutcome: Sendable, Equatable {
+        case requeued
+        case notFound
+        /// Only `failed` and `held` memos are put back; others are already on their way.
+        case notFailed(DeliveryStatus)
+    }
+
+    /// Puts one `failed` or `held` memo back in the queue, due now, with a fresh backoff ladder.
+    public func requeue(id: String) throws -> RequeueOutcome {
+        let now = clock.nowMilliseconds()
+        return try performWrite { database in
+            guard let status = try database.statement("SELECT status FROM messages WHERE id = ?")
+                .firstRow([.text(id)], { $0.text(0) }) else { return .notFound }
+            guard status == "failed" || status == "held" else {
+                return .notFailed(DeliveryStatus(rawValue: status ?? "") ?? .held)
+            }
+            try database.run("""
+                UPDATE messages SET status = 'queued', next_attempt_at = ?, backoff_step = 0, last_error = NULL
+                WHERE id = ?
+                """, [.integer(now), .text(id)])
+            return .requeued
+        }
+    }
+
+    /// Puts every `failed` memo back in the queue (the relay configuration changed). Returns how many.
+    @discardableResult
+    public func requeueFailed() throws -> Int {
+        let now = clock.nowMilliseconds()
+        return try performWrite { database in
+            try database.run("""
+                UPDATE messages SET status = 'queued', next_attempt_at = ?, backoff_step = 0
+                WHERE status = 'failed'
+                """, [.integer(now)])
+            return database.changes
+        }
+    }
+
+    /// Makes every waiting retry due now (the relay answers again after an outage).
+    public func makeRetriesDue() throws {
+        let now = clock.nowMilliseconds()
+        try performWrite { database in
+            try database.run("UPDATE messages SET next_attempt_at = ? WHERE status = 'retrying' AND next_attempt_at > ?",
+                             [.integer(now), .integer(now)])
+        }
+    }
+
+    /// Records `fingerprint` for `name` and says whether it differs from the one stored before
+    /// (false the first time: there was nothing to differ from).
+    public func settingChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool {
+        let keyed = HMAC.sha256(fingerprint, key: hashingKey)
+        return try performWrite { database in
+            let previous = try database.statement("SELECT value FROM settings WHERE name = ?")
+                .firstRow([.text(name)]) { $0.blob(0) } ?? nil
+            try database.run("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                             [.text(name), .blob(keyed)])
+            return previous.map { !HMAC.constantTimeEquals($0, keyed) } ?? false
         }
     }
 

@@ -20,6 +20,10 @@ enum Migrations {
         );
         CREATE INDEX messages_due ON messages(status, next_attempt_at);
         """,
+        """
+        ALTER TABLE messages ADD COLUMN backoff_step INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE settings (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -51,6 +51,26 @@ struct HistoryRoute: Sendable {
         }
     }
 
+    /// `POST /history/{id}/retry`: a failed or held memo goes back in the queue.
+    func retry(id: String, wake: () -> Void) -> HTTPResponse {
+        guard Self.isMessageID(id) else {
+            return .error(404, code: "not_found", message: "No memo has this id.")
+        }
+        do {
+            switch try outbox.requeue(id: id) {
+            case .notFound:
+                return .error(404, code: "not_found", message: "No memo has this id.")
+            case .notFailed:
+                return .error(409, code: "not_failed", message: "Only failed or held memos can be retried.")
+            case .requeued:
+                wake()
+                return one(id: id).with(status: 202)
+            }
+        } catch {
+            return Self.storageError
+        }
+    }
+
     func health() -> HTTPResponse {
         do {
             let counts = try outbox.counts()

@@ -1,0 +1,52 @@
+import CCurl
+import Glibc
+
+extension DeliveryFailure {
+    /// The delivery failure a libcurl error code means. Only the code is used, never libcurl's text.
+    init(curl error: CurlError) {
+        switch CURLcode(rawValue: UInt32(error.code)) {
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT:
+            self.init(.unreachable, permanent: false)
+        case CURLE_OPERATION_TIMEDOUT:
+            self.init(.timeout, permanent: false)
+        case CURLE_LOGIN_DENIED, CURLE_AUTH_ERROR:
+            self.init(.auth, permanent: true)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_USE_SSL_FAILED,
+             CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER:
+            // A certificate or TLS policy problem does not fix itself: it needs the configuration changed.
+            self.init(.tls, permanent: true)
+        case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT:
+            self.init(.configuration, permanent: true)
+        default:
+            self.init(.network, permanent: false)
+        }
+    }
+}
+
+/// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 section 10.2.3).
+enum RetryAfter {
+    /// The wait in milliseconds, or nil when the value is neither form. Dates in the past mean 0.
+    static func milliseconds(_ value: String, now: Int64) -> Int64? {
+        let trimmed = Substring(value).trimmingCharacters(in: " \t")
+        if let seconds = Int64(trimmed), seconds >= 0 {
+            return seconds > 10_000_000 ? 10_000_000_000 : seconds * 1000
+        }
+        // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT"
+        let fields = trimmed.split(separator: " ")
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        guard fields.count == 6, fields[5] == "GMT", let day = Int32(fields[1]),
+              let month = months.firstIndex(of: String(fields[2])), let year = Int32(fields[3]) else { return nil }
+        let clock = fields[4].split(separator: ":")
+        guard clock.count == 3, let hour = Int32(clock[0]), let minute = Int32(clock[1]),
+              let second = Int32(clock[2]) else { return nil }
+        var parts = tm()
+        parts.tm_year = year - 1900
+        parts.tm_mon = Int32(month)
+        parts.tm_mday = day
+        parts.tm_hour = hour
+        parts.tm_min = minute
+        parts.tm_sec = second
+        let at = Int64(timegm(&parts)) * 1000
+        return max(0, at - now)
+    }
+}

@@ -1,0 +1,203 @@
+import CCurl
+import Synchronization
+
+/// libcurl's one-time global initialisation, done before the first handle.
+private let curlGlobalInit: Void = {
+    curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+}()
+
+/// A libcurl failure by code; `CurlError` never carries libcurl's error text (it can quote a server).
+public struct CurlError: Error, Sendable, Equatable {
+    /// The `CURLcode`.
+    public let code: Int32
+}
+
+/// One libcurl easy handle, reused across transfers so its connection is reused.
+///
+/// Owns the handle and the `curl_slist`s set on it (they must outlive every transfer that uses them).
+/// Not thread-safe: a handle is used by one delivery slot at a time (see `EasyHandlePool`).
+public final class EasyHandle {
+    private let handle: UnsafeMutableRawPointer
+    private var lists: [UnsafeMutablePointer<curl_slist>] = []
+    private var upload: [UInt8] = []
+    private var uploadOffset = 0
+    /// The response body of the last transfer.
+    public private(set) var responseBody: [UInt8] = []
+    /// The response headers of the last transfer (names lowercased).
+    public private(set) var responseHeaders: [(name: String, value: String)] = []
+    /// The most bytes of response body kept (a relay's answer is small; anything more is dropped).
+    public var responseLimit = 64 * 1024
+
+    /// A new handle; throws if libcurl cannot allocate one.
+    public init() throws {
+        _ = curlGlobalInit
+        guard let handle = curl_easy_init() else { throw CurlError(code: Int32(CURLE_FAILED_INIT.rawValue)) }
+        self.handle = handle
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        for list in lists { curl_slist_free_all(list) }
+    }
+
+    /// Clears options and lists set for the previous transfer, keeping the connection cache.
+    public func reset() {
+        curl_easy_reset(handle)
+        for list in lists { curl_slist_free_all(list) }
+        lists.removeAll()
+        upload = []
+        uploadOffset = 0
+        responseBody = []
+        responseHeaders = []
+    }
+
+    /// Sets an integer option.
+    public func set(_ option: CURLoption, _ value: Int) throws {
+        try check(jotter_curl_setopt_long(handle, option, value))
+    }
+
+    /// Sets a string option (libcurl copies it).
+    public func set(_ option: CURLoption, _ value: String) throws {
+        try check(jotter_curl_setopt_string(handle, option, value))
+    }
+
+    /// Sets a list option; the list lives until the next `reset`.
+    public func set(_ option: CURLoption, list values: [String]) throws {
+        var list: UnsafeMutablePointer<curl_slist>?
+        for value in values {
+            guard let appended = curl_slist_append(list, value) else {
+                if let list { curl_slist_free_all(list) }
+                throw CurlError(code: Int32(CURLE_OUT_OF_MEMORY.rawValue))
+            }
+            list = appended
+        }
+        guard let list else { return }
+        lists.append(list)
+        try check(jotter_curl_setopt_slist(handle, option, list))
+    }
+
+    /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA).
+    public func setUpload(_ bytes: [UInt8]) throws {
+        upload = bytes
+        uploadOffset = 0
+        try check(jotter_curl_setopt_read_function(handle, jotterCurlRead))
+        try check(jotter_curl_setopt_pointer(handle, CURLOPT_READDATA, Unmanaged.passUnretained(self).toOpaque()))
+    }
+
+    /// Runs the transfer, collecting the response body and headers.
+    public func perform() throws(CurlError) {
+        responseBody = []
+        responseHeaders = []
+        uploadOffset = 0
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        _ = jotter_curl_setopt_write_function(handle, jotterCurlWrite)
+        _ = jotter_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, me)
+        _ = jotter_curl_setopt_header_function(handle, jotterCurlHeader)
+        _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
+        let code = curl_easy_perform(handle)
+        guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
+    }
+
+    /// The last response's status (HTTP) or reply code (SMTP); 0 if none was received.
+    public var responseCode: Int {
+        var code = 0
+        _ = jotter_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        return code
+    }
+
+    /// The first value of a response header.
+    public func responseHeader(_ name: String) -> String? {
+        let lowered = name.lowercased()
+        return responseHeaders.first(where: { $0.name == lowered })?.value
+    }
+
+    private func check(_ code: CURLcode) throws {
+        guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
+    }
+
+    fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+        let count = min(capacity, upload.count - uploadOffset)
+        guard count > 0 else { return 0 }
+        upload.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return }
+            UnsafeMutableRawPointer(buffer).copyMemory(from: base + uploadOffset, byteCount: count)
+        }
+        uploadOffset += count
+        return count
+    }
+
+    fileprivate func write(_ bytes: UnsafeRawBufferPointer) {
+        let room = max(0, responseLimit - responseBody.count)
+        responseBody.append(contentsOf: bytes.prefix(room))
+    }
+
+    fileprivate func header(_ bytes: UnsafeRawBufferPointer) {
+        let line = String(decoding: bytes, as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            responseHeaders = []  // a new response (after 100 Continue or a redirect)
+            return
+        }
+        guard let colon = line.firstIndex(of: ":") else { return }
+        let name = line[..<colon].lowercased()
+        let value = line[line.index(after: colon)...].trimmingCharacters(in: " \t\r\n")
+        responseHeaders.append((name: name, value: String(value)))
+    }
+}
+
+@available(*, unavailable)
+extension EasyHandle: Sendable {}
+
+private func jotterCurlRead(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                            _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let buffer, let context else { return 0 }
+    return Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue().read(into: buffer, capacity: size * count)
+}
+
+private func jotterCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                             _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue()
+        .write(UnsafeRawBufferPointer(start: data, count: size * count))
+    return size * count
+}
+
+private func jotterCurlHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                              _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let context else { return 0 }
+    Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue()
+        .header(UnsafeRawBufferPointer(start: data, count: size * count))
+    return size * count
+}
+
+/// Easy handles for the delivery slots: a slot borrows one, uses it, gives it back, so each handle's
+/// connection is reused by later deliveries and no handle is ever used by two threads at once.
+///
+/// `@unchecked Sendable`: `free` is only touched while holding `lock`.
+public final class EasyHandlePool: @unchecked Sendable {
+    private let lock = Mutex(())
+    private var free: [EasyHandle] = []
+
+    /// An empty pool; handles are created on demand.
+    public init() {}
+
+    /// Lends a handle (reset for a new transfer) to `body`.
+    public func withHandle<T>(_ body: (EasyHandle) throws(DeliveryFailure) -> T) throws(DeliveryFailure) -> T {
+        let reused: EasyHandle? = lock.withLock { _ in free.popLast() }
+        let handle: EasyHandle
+        if let reused {
+            handle = reused
+        } else {
+            do {
+                handle = try EasyHandle()
+            } catch {
+                throw DeliveryFailure(.io, permanent: false)
+            }
+        }
+        handle.reset()
+        defer {
+            handle.reset()
+            lock.withLock { _ in free.append(handle) }
+        }
+        return try body(handle)
+    }
+}

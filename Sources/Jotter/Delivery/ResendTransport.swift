@@ -1,0 +1,127 @@
+import CCurl
+
+/// Delivers through an HTTP mail API shaped like Resend's: `POST {base}/emails` with `from`, `to`,
+/// `subject`, `text`, `Authorization: Bearer`, and `Idempotency-Key` = the message id.
+///
+/// The request body is rebuilt byte-for-byte identical on every retry (fixed field order, fixed
+/// escaping), so a retry after a lost response is recognised by the API and sends nothing twice.
+public struct ResendTransport: Transport {
+    /// Where and how to connect.
+    public struct Settings: Sendable {
+        var apiKey: String
+        var baseURL: String
+        var caFile: String?
+        var timeoutSeconds: Int
+    }
+
+    let settings: Settings
+    let clock: any WallClock = SystemClock()
+    private let handles = EasyHandlePool()
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    /// The JSON body: a pure function of the message, so every retry sends the same bytes.
+    static func requestBody(_ message: MailMessage) -> [UInt8] {
+        var json = JSONWriter()
+        json.object { json in
+            json.field("from", message.from.name.isEmpty ? message.from.address
+                                                            : "\(message.from.name) <\(message.from.address)>")
+            json.key("to")
+            json.array { $0.value(message.to.address) }
+            json.field("subject", message.subject)
+            json.field("text", message.body)
+            json.key("headers")
+            json.object { $0.field("Message-ID", message.messageID) }
+        }
+        return json.bytes
+    }
+
+    public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> DeliveryReceipt in
+            let body = Self.requestBody(message)
+            do {
+                try handle.set(CURLOPT_URL, settings.baseURL + "/emails")
+                try handle.set(CURLOPT_PROTOCOLS_STR, settings.baseURL.hasPrefix("https:") ? "https" : "http")
+                try handle.set(CURLOPT_NOSIGNAL, 1)
+                try handle.set(CURLOPT_CONNECTTIMEOUT, min(settings.timeoutSeconds, 10))
+                try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds)
+                try handle.set(CURLOPT_SSL_VERIFYPEER, 1)
+                try handle.set(CURLOPT_SSL_VERIFYHOST, 2)
+                if let caFile = settings.caFile { try handle.set(CURLOPT_CAINFO, caFile) }
+                try handle.set(CURLOPT_POST, 1)
+                try handle.set(CURLOPT_POSTFIELDSIZE, body.count)
+                try handle.setUpload(body)
+                try handle.set(CURLOPT_HTTPHEADER, list: [
+                    "Authorization: Bearer \(settings.apiKey)",
+                    "Content-Type: application/json",
+                    "Idempotency-Key: \(message.id)",
+                    "User-Agent: Jotter",
+                    "Expect:",
+                ])
+            } catch {
+                throw DeliveryFailure(.configuration, permanent: true)
+            }
+            do throws(CurlError) {
+                try handle.perform()
+            } catch {
+                throw DeliveryFailure(curl: error)
+            }
+            let status = handle.responseCode
+            if (200..<300).contains(status) { return DeliveryReceipt() }
+            let retryAfter = handle.responseHeader("Retry-After")
+                .flatMap { RetryAfter.milliseconds($0, now: clock.nowMilliseconds()) }
+            throw Self.failure(status: status, body: handle.responseBody, retryAfter: retryAfter)
+        }
+    }
+
+    /// The documented meanings: 429 and 5xx and a concurrent-idempotency 409 are worth retrying;
+    /// 401/403 (key), 422 (validation), other 4xx and an idempotency-mismatch 409 are not.
+    static func failure(status: Int, body: [UInt8], retryAfter: Int64?) -> DeliveryFailure {
+        switch status {
+        case 429: return DeliveryFailure(.rateLimited, permanent: false, retryAfterMilliseconds: retryAfter)
+        case 500..<600: return DeliveryFailure(.serverError, permanent: false, retryAfterMilliseconds: retryAfter)
+        case 401, 403: return DeliveryFailure(.auth, permanent: true)
+        case 409:
+            let text = String(decoding: body.prefix(4096), as: UTF8.self)
+            if text.contains("concurrent_idempotent_requests") {
+                return DeliveryFailure(.conflict, permanent: false, retryAfterMilliseconds: retryAfter)
+            }
+            return DeliveryFailure(.conflict, permanent: true)
+        case 408: return DeliveryFailure(.timeout, permanent: false, retryAfterMilliseconds: retryAfter)
+        default: return DeliveryFailure(.rejected, permanent: true)
+        }
+    }
+
+    public func probe() -> Bool {
+        guard let url = URLParts(settings.baseURL) else { return true }
+        return TCPProbe.canConnect(host: url.host, port: url.port)
+    }
+}
+
+/// Host and port of an `http(s)://host:port/…` URL.
+struct URLParts {
+    var host: String
+    var port: Int
+
+    init?(_ url: String) {
+        guard let schemeEnd = url.range(of: "://") else { return nil }
+        let scheme = url[..<schemeEnd.lowerBound]
+        var authority = url[schemeEnd.upperBound...]
+        if let slash = authority.firstIndex(of: "/") { authority = authority[..<slash] }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        var port = scheme == "https" ? 443 : 80
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            host = String(authority[authority.index(after: authority.startIndex)..<close])
+            let rest = authority[authority.index(after: close)...]
+            if rest.hasPrefix(":"), let value = Int(rest.dropFirst()) { port = value }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = String(authority[..<colon])
+            port = Int(authority[authority.index(after: colon)...]) ?? port
+        } else {
+            host = String(authority)
+        }
+        self.port = port
+    }
+}

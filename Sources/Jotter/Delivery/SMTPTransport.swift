@@ -1,0 +1,76 @@
+import CCurl
+
+/// Delivers over SMTP with libcurl: `smtp://` with STARTTLS required (`tls=none` only to loopback),
+/// or `smtps://` with implicit TLS. Certificates are always verified.
+public struct SMTPTransport: Transport {
+    /// Where and how to connect.
+    public struct Settings: Sendable {
+        var host: String
+        var port: Int
+        var implicitTLS: Bool
+        var requireTLS: Bool
+        var username: String?
+        var password: String?
+        var caFile: String?
+        var timeoutSeconds: Int
+    }
+
+    let settings: Settings
+    private let handles = EasyHandlePool()
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    var url: String {
+        let host = settings.host.contains(":") && !settings.host.hasPrefix("[") ? "[\(settings.host)]" : settings.host
+        return "\(settings.implicitTLS ? "smtps" : "smtp")://\(host):\(settings.port)"
+    }
+
+    public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> DeliveryReceipt in
+            do {
+                try handle.set(CURLOPT_URL, url)
+                try handle.set(CURLOPT_PROTOCOLS_STR, settings.implicitTLS ? "smtps" : "smtp")
+                try handle.set(CURLOPT_NOSIGNAL, 1)
+                try handle.set(CURLOPT_CONNECTTIMEOUT, min(settings.timeoutSeconds, 15))
+                try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds)
+                if !settings.implicitTLS {
+                    try handle.set(CURLOPT_USE_SSL, Int(settings.requireTLS ? CURLUSESSL_ALL.rawValue
+                                                                             : CURLUSESSL_NONE.rawValue))
+                }
+                try handle.set(CURLOPT_SSL_VERIFYPEER, 1)
+                try handle.set(CURLOPT_SSL_VERIFYHOST, 2)
+                if let caFile = settings.caFile { try handle.set(CURLOPT_CAINFO, caFile) }
+                if let username = settings.username { try handle.set(CURLOPT_USERNAME, username) }
+                if let password = settings.password { try handle.set(CURLOPT_PASSWORD, password) }
+                try handle.set(CURLOPT_MAIL_FROM, "<\(message.from.address)>")
+                try handle.set(CURLOPT_MAIL_RCPT, list: ["<\(message.to.address)>"])
+                try handle.set(CURLOPT_UPLOAD, 1)
+                try handle.setUpload(message.rendered())  // libcurl dot-stuffs lines that start with "."
+            } catch {
+                throw DeliveryFailure(.configuration, permanent: true)
+            }
+            do throws(CurlError) {
+                try handle.perform()
+            } catch {
+                throw Self.failure(curl: error, reply: handle.responseCode)
+            }
+            return DeliveryReceipt()
+        }
+    }
+
+    /// An SMTP reply code, when there is one, decides: 4xx try again later, 5xx is a refusal.
+    static func failure(curl error: CurlError, reply: Int) -> DeliveryFailure {
+        switch reply {
+        case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
+        case 400..<500: return DeliveryFailure(.serverError, permanent: false)
+        case 500..<600: return DeliveryFailure(.rejected, permanent: true)
+        default: return DeliveryFailure(curl: error)
+        }
+    }
+
+    public func probe() -> Bool {
+        TCPProbe.canConnect(host: settings.host, port: settings.port)
+    }
+}

@@ -1,0 +1,607 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// One outbox database in its own directory, with a key and a clock that moves only when told.
+private struct OutboxFixture {
+    let directory = TemporaryDirectory()
+    let key: SymmetricKey
+    let clock = ManualClock()
+
+    init() throws {
+        key = try SymmetricKey.random()
+    }
+
+    var path: String { directory.file("jotter.db") }
+
+    func open(key: SymmetricKey? = nil) throws -> Outbox {
+        try Outbox(path: path, key: key ?? self.key, clock: clock)
+    }
+}
+
+/// Direct access to the `messages` table, as an attacker with the file (or a disk fault) would have it.
+private enum StoredRows {
+    static func blob(_ column: String, id: String, path: String) throws -> [UInt8]? {
+        let database = try Database(path: path)
+        defer { database.close() }
+        return try database.statement("SELECT \(column) FROM messages WHERE id = ?").firstRow([.text(id)]) {
+            $0.blob(0)
+        } ?? nil
+    }
+
+    static func setBlob(_ column: String, id: String, to value: [UInt8]?, path: String) throws {
+        let database = try Database(path: path)
+        defer { database.close() }
+        try database.execute("PRAGMA busy_timeout = 5000")
+        try database.run("UPDATE messages SET \(column) = ? WHERE id = ?", [value.map { .blob($0) } ?? .null, .text(id)])
+        #expect(database.changes == 1)
+    }
+
+    static func count(path: String) throws -> Int {
+        let database = try Database(path: path, readOnly: true)
+        defer { database.close() }
+        return Int(try database.statement("SELECT COUNT(*) FROM messages").firstRow { $0.int64(0) } ?? 0)
+    }
+
+    static func exists(id: String, path: String) -> Bool {
+        guard let database = try? Database(path: path, readOnly: true) else { return false }
+        defer { database.close() }
+        try? database.execute("PRAGMA busy_timeout = 5000")
+        let count = try? database.statement("SELECT COUNT(*) FROM messages WHERE id = ?").firstRow([.text(id)]) {
+            $0.int64(0)
+        }
+        return count == 1
+    }
+}
+
+/// A counter closures can share.
+private final class Counter: Sendable {
+    private let value = Mutex(0)
+    func increment() { value.withLock { $0 += 1 } }
+    var count: Int { value.withLock { $0 } }
+}
+
+/// Small checks on what a user (or an attacker with the disk) can see, shared by the outbox and live tests.
+enum Evidence {
+    /// True for the id form Jotter issues: a lowercase UUID.
+    static func isLowercaseUUID(_ text: String) -> Bool {
+        text.utf8.count == 36 && UUID(uuidString: text) != nil && text == text.lowercased()
+    }
+
+    /// True when `needle` occurs anywhere in `haystack`.
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+        let first = needle[0]
+        var index = 0
+        while index <= haystack.count - needle.count {
+            if haystack[index] == first && haystack[index..<(index + needle.count)].elementsEqual(needle) {
+                return true
+            }
+            index += 1
+        }
+        return false
+    }
+
+    /// The raw bytes of a file, or none if it does not exist.
+    static func fileBytes(_ path: String) -> [UInt8] {
+        FileManager.default.contents(atPath: path).map { Array($0) } ?? []
+    }
+}
+
+@Suite struct OutboxTests {
+    // MARK: Durability and confidentiality
+
+    @Test func acceptedMemoIsThereAfterReopening() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        let outcome = try await outbox.enqueue(MemoDraft(subject: "Groceries", body: "buy milk\nand eggs"))
+        guard case .accepted(let id) = outcome else {
+            Issue.record("expected .accepted, got \(outcome)")
+            return
+        }
+        #expect(Evidence.isLowercaseUUID(id))
+        outbox.close()
+
+        let reopened = try fixture.open()
+        defer { reopened.close() }
+        let history = try reopened.history(limit: 10)
+        #expect(history.map(\.id) == [id])
+        let record = try #require(history.first)
+        #expect(record.status == .queued)
+        #expect(record.attempts == 0)
+        #expect(record.subject == "Groceries")
+        #expect(record.createdAt == fixture.clock.nowMilliseconds())
+        #expect(try reopened.record(id: id) == record)
+        let claimed = try reopened.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        #expect(claimed.first?.content == MemoContent(subject: "Groceries", body: "buy milk\nand eggs"))
+    }
+
+    @Test func memoWithoutSubjectGetsItsFirstLine() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "\n  call the plumber  \nabout the sink")).id
+        #expect(try outbox.record(id: id)?.subject == "call the plumber")
+    }
+
+    @Test func databaseFilesNeverHoldTheMemoInPlaintext() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        let bodyCanary = "platypus-body-\(UUID().uuidString)"
+        let subjectCanary = "axolotl-subject-\(UUID().uuidString)"
+        for index in 0..<5 {
+            _ = try await outbox.enqueue(MemoDraft(subject: "\(subjectCanary) \(index)",
+                                                   body: "\(bodyCanary) \(index)\nsecond line \(bodyCanary)"))
+        }
+        // Still queued (there is no worker): the sealed rows are all there is.
+        #expect(try outbox.counts()[.queued] == 5)
+        let database = Evidence.fileBytes(fixture.path)
+        let wal = Evidence.fileBytes(fixture.path + "-wal")
+        #expect(!database.isEmpty || !wal.isEmpty)
+        for canary in [bodyCanary, subjectCanary] {
+            #expect(!Evidence.contains(database, Array(canary.utf8)), "jotter.db holds \(canary)")
+            #expect(!Evidence.contains(wal, Array(canary.utf8)), "jotter.db-wal holds \(canary)")
+        }
+        outbox.close()  // checkpoints the WAL into the main file
+        let checkpointed = Evidence.fileBytes(fixture.path)
+        for canary in [bodyCanary, subjectCanary] {
+            #expect(!Evidence.contains(checkpointed, Array(canary.utf8)), "jotter.db holds \(canary) after close")
+        }
+    }
+
+    @Test func anotherKeyCannotOpenTheRows() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        let id = try await outbox.enqueue(MemoDraft(subject: "secret", body: "very secret")).id
+        outbox.close()
+
+        let stranger = try fixture.open(key: SymmetricKey.random())
+        defer { stranger.close() }
+        #expect(try stranger.record(id: id)?.subject == nil)
+        let claimed = try stranger.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        #expect(claimed.first?.content == nil)
+    }
+
+    // MARK: Tampering
+
+    /// Offsets into `nonce ‖ ciphertext ‖ tag`: first nonce byte, first ciphertext byte, a middle byte, last tag byte.
+    static let flipPositions: [Int] = [0, 11, 12, 20, -1]
+
+    @Test(arguments: flipPositions)
+    func flippedBitInSealedPayloadFailsToOpen(position: Int) async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let good = try await outbox.enqueue(MemoDraft(subject: "fine", body: "untouched")).id
+        let bad = try await outbox.enqueue(MemoDraft(subject: "tampered", body: "this row gets a flipped bit")).id
+        var sealed = try #require(try StoredRows.blob("sealed_payload", id: bad, path: fixture.path))
+        let index = position < 0 ? sealed.count + position : position
+        sealed[index] ^= 0x01
+        try StoredRows.setBlob("sealed_payload", id: bad, to: sealed, path: fixture.path)
+
+        let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(Set(claimed.map(\.id)) == [good, bad])
+        #expect(claimed.first { $0.id == good }?.content == MemoContent(subject: "fine", body: "untouched"))
+        #expect(claimed.first { $0.id == bad }.map { $0.content == nil } == true)
+    }
+
+    @Test(arguments: flipPositions)
+    func flippedBitInSealedSubjectHidesOnlyThatSubject(position: Int) async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let good = try await outbox.enqueue(MemoDraft(subject: "fine", body: "untouched")).id
+        let bad = try await outbox.enqueue(MemoDraft(subject: "tampered", body: "subject gets a flipped bit")).id
+        var sealed = try #require(try StoredRows.blob("sealed_subject", id: bad, path: fixture.path))
+        let index = position < 0 ? sealed.count + position : position
+        sealed[index] ^= 0x80
+        try StoredRows.setBlob("sealed_subject", id: bad, to: sealed, path: fixture.path)
+
+        #expect(try outbox.record(id: good)?.subject == "fine")
+        let record = try #require(try outbox.record(id: bad))
+        #expect(record.subject == nil)
+        #expect(record.status == .queued, "the memo itself is still there")
+    }
+
+    @Test func truncatedSealedPayloadFailsToOpen() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "cut short")).id
+        let sealed = try #require(try StoredRows.blob("sealed_payload", id: id, path: fixture.path))
+        try StoredRows.setBlob("sealed_payload", id: id, to: Array(sealed.prefix(10)), path: fixture.path)
+        let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        #expect(claimed.first.map { $0.content == nil } == true)
+    }
+
+    @Test func sealedPayloadMovedToAnotherIdFailsToOpen() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let first = try await outbox.enqueue(MemoDraft(subject: "A", body: "memo A")).id
+        let second = try await outbox.enqueue(MemoDraft(subject: "B", body: "memo B")).id
+        let payload = try #require(try StoredRows.blob("sealed_payload", id: first, path: fixture.path))
+        let subject = try #require(try StoredRows.blob("sealed_subject", id: first, path: fixture.path))
+        try StoredRows.setBlob("sealed_payload", id: second, to: payload, path: fixture.path)
+        try StoredRows.setBlob("sealed_subject", id: second, to: subject, path: fixture.path)
+
+        #expect(try outbox.record(id: first)?.subject == "A")
+        #expect(try outbox.record(id: second)?.subject == nil, "A's subject must not show up as B's")
+        let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.first { $0.id == first }?.content == MemoContent(subject: "A", body: "memo A"))
+        let moved = try #require(claimed.first { $0.id == second })
+        #expect(moved.content == nil, "A's body must not be delivered as B")
+    }
+
+    @Test func sealedPayloadMovedIntoTheSubjectColumnFailsToOpen() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(subject: "short", body: "the body must never be shown as a subject")).id
+        let payload = try #require(try StoredRows.blob("sealed_payload", id: id, path: fixture.path))
+        try StoredRows.setBlob("sealed_subject", id: id, to: payload, path: fixture.path)
+        #expect(try outbox.record(id: id)?.subject == nil)
+    }
+
+    // MARK: Idempotency
+
+    @Test func sameKeyAndPayloadIsReplayedWithoutANewRow() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let draft = MemoDraft(subject: "once", body: "only once", idempotencyKey: "client-id-1")
+        let first = try await outbox.enqueue(draft)
+        let second = try await outbox.enqueue(draft)
+        guard case .accepted(let id) = first else {
+            Issue.record("expected .accepted, got \(first)")
+            return
+        }
+        #expect(second == .replayed(id: id))
+        #expect(try outbox.history(limit: 10).map(\.id) == [id])
+        #expect(try StoredRows.count(path: fixture.path) == 1)
+    }
+
+    @Test func replayIsRecognisedAfterReopening() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        let draft = MemoDraft(body: "survives a restart", idempotencyKey: "restart-key")
+        let id = try await outbox.enqueue(draft).id
+        outbox.close()
+        let reopened = try fixture.open()
+        defer { reopened.close() }
+        #expect(try await reopened.enqueue(draft) == .replayed(id: id))
+        #expect(try StoredRows.count(path: fixture.path) == 1)
+    }
+
+    static let conflictingDrafts: [MemoDraft] = [
+        MemoDraft(subject: "first", body: "a different body", idempotencyKey: "k"),
+        MemoDraft(subject: "another subject", body: "the body", idempotencyKey: "k"),
+        MemoDraft(subject: nil, body: "the body", idempotencyKey: "k"),
+        MemoDraft(subject: "", body: "the body", idempotencyKey: "k"),
+        MemoDraft(subject: "first", body: "the body ", idempotencyKey: "k"),
+    ]
+
+    @Test(arguments: conflictingDrafts)
+    func sameKeyWithDifferentPayloadIsAConflict(conflicting: MemoDraft) async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(subject: "first", body: "the body", idempotencyKey: "k")).id
+        await #expect(throws: Outbox.EnqueueError.idempotencyConflict) {
+            try await outbox.enqueue(conflicting)
+        }
+        #expect(try outbox.history(limit: 10).map(\.id) == [id], "nothing new stored")
+        let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.first?.content == MemoContent(subject: "first", body: "the body"), "the original is untouched")
+    }
+
+    @Test func differentKeysWithTheSamePayloadAreTwoMemos() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let first = try await outbox.enqueue(MemoDraft(body: "same words", idempotencyKey: "one"))
+        let second = try await outbox.enqueue(MemoDraft(body: "same words", idempotencyKey: "two"))
+        let third = try await outbox.enqueue(MemoDraft(body: "same words"))
+        #expect(Set([first.id, second.id, third.id]).count == 3)
+        #expect(try StoredRows.count(path: fixture.path) == 3)
+    }
+
+    @Test func concurrentEnqueuesWithOneKeyStoreOneRow() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let draft = MemoDraft(subject: "race", body: "twenty taps on send", idempotencyKey: "double-tap")
+        let outcomes = try await withThrowingTaskGroup(of: Outbox.EnqueueOutcome.self) { group in
+            for _ in 0..<20 {
+                group.addTask { try await outbox.enqueue(draft) }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(outcomes.count == 20)
+        #expect(Set(outcomes.map(\.id)).count == 1, "every caller gets the same id")
+        #expect(outcomes.filter { if case .accepted = $0 { true } else { false } }.count == 1)
+        #expect(try StoredRows.count(path: fixture.path) == 1)
+    }
+
+    // MARK: Group commit
+
+    @Test func twoHundredConcurrentEnqueuesAreAllStoredInFewerTransactions() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let batches = Counter()
+        outbox.setOnAccepted { batches.increment() }  // once per committed batch that stored something
+        let ids = try await withThrowingTaskGroup(of: Outbox.EnqueueOutcome.self) { group in
+            for index in 0..<200 {
+                group.addTask { try await outbox.enqueue(MemoDraft(body: "memo number \(index)")) }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(ids.count == 200)
+        #expect(ids.allSatisfy { if case .accepted = $0 { true } else { false } })
+        #expect(Set(ids.map(\.id)).count == 200)
+        #expect(Set(try outbox.history(limit: 500).map(\.id)) == Set(ids.map(\.id)))
+        #expect(try outbox.counts()[.queued] == 200)
+        #expect(try StoredRows.count(path: fixture.path) == 200)
+        #expect(batches.count >= 1)
+        #expect(batches.count < 200, "group commit: \(batches.count) transactions for 200 memos")
+    }
+
+    @Test func everyAnswerComesAfterItsRowIsCommitted() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let path = fixture.path
+        // Each completion looks through an independent connection: the row must already be committed.
+        let visible = await withTaskGroup(of: Bool.self) { group in
+            for index in 0..<50 {
+                group.addTask {
+                    await withCheckedContinuation { continuation in
+                        outbox.enqueue(MemoDraft(body: "durable \(index)")) { result in
+                            guard case .success(let outcome) = result else {
+                                continuation.resume(returning: false)
+                                return
+                            }
+                            continuation.resume(returning: StoredRows.exists(id: outcome.id, path: path))
+                        }
+                    }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(visible.count == 50)
+        #expect(visible.allSatisfy { $0 })
+    }
+
+    // MARK: Leases
+
+    @Test func twoConcurrentClaimersNeverGetTheSameMemo() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        var enqueued: Set<String> = []
+        for index in 0..<60 {
+            enqueued.insert(try await outbox.enqueue(MemoDraft(body: "claim me \(index)")).id)
+        }
+        // A second connection on the same file, as a second process would have.
+        let other = try fixture.open()
+        defer { other.close() }
+        let claimers = [outbox, other, outbox, other]
+        let claims = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: claimers.count) { index in
+            while true {
+                guard let batch = try? claimers[index].claimDue(limit: 3, leaseMilliseconds: 60_000), !batch.isEmpty
+                else { return }
+                claims.withLock { $0 += batch.map(\.id) }
+            }
+        }
+        let claimed = claims.withLock { $0 }
+        #expect(claimed.count == 60, "each memo claimed exactly once")
+        #expect(Set(claimed) == enqueued)
+        #expect(try outbox.counts()[.sending] == 60)
+    }
+
+    @Test func expiredLeaseIsClaimableAgain() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "the sender crashed")).id
+        let first = try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000)
+        #expect(first.map(\.id) == [id])
+        #expect(first.first?.attempt == 1)
+        #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000).isEmpty, "leased: not claimable")
+        fixture.clock.advance(milliseconds: 999)
+        #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000).isEmpty, "lease not yet expired")
+        #expect(try outbox.nextDueAt() == fixture.clock.nowMilliseconds() + 1)
+        fixture.clock.advance(milliseconds: 1)
+        let second = try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000)
+        #expect(second.map(\.id) == [id])
+        #expect(second.first?.attempt == 2)
+        #expect(second.first?.content == MemoContent(subject: "the sender crashed", body: "the sender crashed"))
+    }
+
+    @Test func recoverInterruptedRequeuesSendingMemos() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        var ids: Set<String> = []
+        for index in 0..<3 {
+            ids.insert(try await outbox.enqueue(MemoDraft(body: "in flight \(index)")).id)
+        }
+        let untouched = try await outbox.enqueue(MemoDraft(body: "delivered already")).id
+        let claimed = try outbox.claimDue(limit: 4, leaseMilliseconds: 3_600_000)
+        #expect(claimed.count == 4)
+        try outbox.markSent(id: untouched)
+        outbox.close()  // the process dies mid-send
+
+        let restarted = try fixture.open()
+        defer { restarted.close() }
+        #expect(try restarted.counts()[.sending] == 3)
+        #expect(try restarted.recoverInterrupted() == 3)
+        let history = try restarted.history(limit: 10)
+        #expect(history.filter { ids.contains($0.id) }.allSatisfy { $0.status == .queued })
+        #expect(history.first { $0.id == untouched }?.status == .sent)
+        let again = try restarted.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(Set(again.map(\.id)) == ids, "re-queued at once, not after the hour-long lease")
+        #expect(again.allSatisfy { $0.attempt == 2 && $0.content != nil })
+        #expect(try restarted.recoverInterrupted() == 3, "now they are sending again")
+    }
+
+    @Test func markSentErasesTheBodyAndKeepsTheSubject() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(subject: "kept a while", body: "erased after delivery")).id
+        _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
+        fixture.clock.advance(milliseconds: 250)
+        try outbox.markSent(id: id)
+        let record = try #require(try outbox.record(id: id))
+        #expect(record.status == .sent)
+        #expect(record.deliveredAt == fixture.clock.nowMilliseconds())
+        #expect(record.subject == "kept a while")
+        #expect(record.nextAttemptAt == nil)
+        #expect(try StoredRows.blob("sealed_payload", id: id, path: fixture.path) == nil)
+        #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000).isEmpty, "never sent twice")
+        try outbox.purgeSubjects(deliveredBefore: fixture.clock.nowMilliseconds() + 1)
+        #expect(try outbox.record(id: id)?.subject == nil)
+        #expect(try outbox.record(id: id)?.status == .sent, "history keeps the metadata")
+    }
+
+    @Test func retryingMemoWaitsForItsTime() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "try again later")).id
+        _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
+        let due = fixture.clock.nowMilliseconds() + 5_000
+        try outbox.markFailed(id: id, status: .retrying, errorKind: "timeout", nextAttemptAt: due)
+        let record = try #require(try outbox.record(id: id))
+        #expect(record.status == .retrying)
+        #expect(record.lastError == "timeout")
+        #expect(record.nextAttemptAt == due)
+        #expect(try outbox.nextDueAt() == due)
+        fixture.clock.advance(milliseconds: 4_999)
+        #expect(try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000).isEmpty)
+        fixture.clock.advance(milliseconds: 1)
+        let claimed = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        #expect(claimed.first?.attempt == 2)
+    }
+
+    @Test(arguments: [DeliveryStatus.failed, .held])
+    func failedAndHeldMemosAreKeptAndNotClaimed(status: DeliveryStatus) async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "kept, never dropped")).id
+        _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 1_000)
+        try outbox.markFailed(id: id, status: status, errorKind: "rejected", nextAttemptAt: nil)
+        fixture.clock.advance(milliseconds: 86_400_000)
+        #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000).isEmpty)
+        #expect(try outbox.recoverInterrupted() == 0)
+        #expect(try outbox.record(id: id)?.status == status)
+        #expect(try StoredRows.blob("sealed_payload", id: id, path: fixture.path) != nil, "the body is kept")
+        #expect(try outbox.counts()[status] == 1)
+        #expect(try outbox.nextDueAt() == nil)
+    }
+
+    @Test func historyIsNewestFirstAndPages() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        var ids: [String] = []
+        for index in 0..<5 {
+            ids.append(try await outbox.enqueue(MemoDraft(body: "memo \(index)")).id)
+        }
+        #expect(try outbox.history(limit: 10).map(\.id) == ids.reversed())
+        #expect(try outbox.history(limit: 2).map(\.id) == [ids[4], ids[3]])
+        #expect(try outbox.history(limit: 2, before: ids[3]).map(\.id) == [ids[2], ids[1]])
+        #expect(try outbox.history(limit: 2, before: ids[1]).map(\.id) == [ids[0]])
+        #expect(try outbox.history(limit: 2, before: ids[0]).isEmpty)
+    }
+}
+
+/// AES-256-GCM as the outbox uses it: any changed bit, other associated data or another key fails.
+@Suite struct AESGCMTests {
+    private static let associatedData = Outbox.associatedData("payload", "0d5e6f1a-2b3c-4d5e-8f90-a1b2c3d4e5f6")
+
+    @Test func sealedBoxOpensWithTheSameKeyAndAssociatedData() throws {
+        let key = try SymmetricKey.random()
+        let plaintext = Array("buy milk ✓".utf8)
+        let box = try AESGCM.seal(plaintext, using: key, authenticating: Self.associatedData)
+        #expect(box.combined.count == 12 + plaintext.count + 16)
+        #expect(!Evidence.contains(box.combined, plaintext))
+        #expect(try AESGCM.open(box, using: key, authenticating: Self.associatedData) == plaintext)
+    }
+
+    @Test func emptyPlaintextRoundTrips() throws {
+        let key = try SymmetricKey.random()
+        let box = try AESGCM.seal([], using: key, authenticating: Self.associatedData)
+        #expect(try AESGCM.open(box, using: key, authenticating: Self.associatedData) == [])
+    }
+
+    @Test func sealingTwiceUsesFreshNonces() throws {
+        let key = try SymmetricKey.random()
+        let first = try AESGCM.seal(Array("same".utf8), using: key)
+        let second = try AESGCM.seal(Array("same".utf8), using: key)
+        #expect(first.combined.prefix(12) != second.combined.prefix(12))
+        #expect(first.combined != second.combined)
+    }
+
+    @Test func everyFlippedBitFailsAuthentication() throws {
+        let key = try SymmetricKey.random()
+        let box = try AESGCM.seal(Array("memo".utf8), using: key, authenticating: Self.associatedData)
+        var failures = 0
+        for bit in 0..<(box.combined.count * 8) {
+            var bytes = box.combined
+            bytes[bit / 8] ^= UInt8(1 << (bit % 8))
+            let tampered = try AESGCM.SealedBox(combined: bytes)
+            #expect(throws: CryptoError.authenticationFailure) {
+                try AESGCM.open(tampered, using: key, authenticating: Self.associatedData)
+            }
+            failures += 1
+        }
+        #expect(failures == box.combined.count * 8)
+    }
+
+    @Test func otherAssociatedDataFailsAuthentication() throws {
+        let key = try SymmetricKey.random()
+        let box = try AESGCM.seal(Array("memo A".utf8), using: key,
+                                  authenticating: Outbox.associatedData("payload", "id-a"))
+        for other in [Outbox.associatedData("payload", "id-b"), Outbox.associatedData("subject", "id-a"), []] {
+            #expect(throws: CryptoError.authenticationFailure) {
+                try AESGCM.open(box, using: key, authenticating: other)
+            }
+        }
+    }
+
+    @Test func anotherKeyFailsAuthentication() throws {
+        let box = try AESGCM.seal(Array("memo".utf8), using: SymmetricKey.random())
+        #expect(throws: CryptoError.authenticationFailure) {
+            try AESGCM.open(box, using: SymmetricKey.random())
+        }
+    }
+
+    @Test func truncatedBoxesAreRefused() throws {
+        let key = try SymmetricKey.random()
+        let box = try AESGCM.seal(Array("memo".utf8), using: key)
+        for length in [0, 1, 12, 27] {
+            #expect(throws: CryptoError.malformedSealedBox) {
+                try AESGCM.SealedBox(combined: Array(box.combined.prefix(length)))
+            }
+        }
+        for length in [28, box.combined.count - 1] {
+            let short = try AESGCM.SealedBox(combined: Array(box.combined.prefix(length)))
+            #expect(throws: CryptoError.authenticationFailure) { try AESGCM.open(short, using: key) }
+        }
+    }
+
+    @Test func keysMustBe32Bytes() {
+        for count in [0, 16, 31, 33] {
+            #expect(throws: CryptoError.invalidKeyLength) { try SymmetricKey(bytes: [UInt8](repeating: 1, count: count)) }
+        }
+    }
+}

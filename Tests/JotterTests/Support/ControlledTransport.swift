@@ -1,0 +1,102 @@
+import Foundation
+@testable import Jotter
+
+/// A `Transport` a test steers: it records every message it is handed (every attempt, retries
+/// included), and either delivers at once, holds each send until `release()`, or fails with a given
+/// `DeliveryFailure`. With `forwardingTo:` a successful send is passed on (to a real Maildir, say).
+///
+/// A held send gives up after `maximumWait` seconds with a transient `timeout`, so a test that forgets
+/// to release cannot hang the worker's `stop()` for ever.
+///
+/// `@unchecked Sendable`: every mutable field is read and written only while holding `condition`.
+final class ControlledTransport: Transport, @unchecked Sendable {
+    /// What `send` does.
+    enum Behaviour: Sendable {
+        /// Succeed (or forward) at once.
+        case deliver
+        /// Wait until the behaviour changes.
+        case block
+        /// Throw this failure.
+        case fail(DeliveryFailure)
+    }
+
+    private let condition = NSCondition()
+    private var behaviour: Behaviour
+    private var received: [MailMessage] = []
+    private var waiting = 0
+    private let next: (any Transport)?
+    private let maximumWait: Double
+
+    /// A transport that starts out doing `behaviour`.
+    init(_ behaviour: Behaviour = .deliver, forwardingTo next: (any Transport)? = nil, maximumWait: Double = 30) {
+        self.behaviour = behaviour
+        self.next = next
+        self.maximumWait = maximumWait
+    }
+
+    /// Every message handed to `send`, in order (one entry per attempt).
+    var messages: [MailMessage] {
+        condition.withLock { received }
+    }
+
+    /// How many sends are waiting right now.
+    var blockedCount: Int {
+        condition.withLock { waiting }
+    }
+
+    /// Later sends wait until `release()` or `fail(with:)`.
+    func block() {
+        change(to: .block)
+    }
+
+    /// Lets waiting and later sends succeed.
+    func release() {
+        change(to: .deliver)
+    }
+
+    /// Waiting and later sends throw `failure`.
+    func fail(with failure: DeliveryFailure) {
+        change(to: .fail(failure))
+    }
+
+    /// Polls until `count` sends are waiting.
+    func waitUntilBlocked(count: Int = 1, timeout: Double = 10) -> Bool {
+        TestServer.waitUntil(timeout: timeout) { blockedCount >= count }
+    }
+
+    /// Polls until at least `count` messages were handed over.
+    func waitUntilReceived(count: Int = 1, timeout: Double = 10) -> Bool {
+        TestServer.waitUntil(timeout: timeout) { messages.count >= count }
+    }
+
+    private func change(to behaviour: Behaviour) {
+        condition.withLock {
+            self.behaviour = behaviour
+            condition.broadcast()
+        }
+    }
+
+    func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        condition.lock()
+        received.append(message)
+        let deadline = Date(timeIntervalSinceNow: maximumWait)
+        while case .block = behaviour {
+            waiting += 1
+            let signalled = condition.wait(until: deadline)
+            waiting -= 1
+            if !signalled {
+                condition.unlock()
+                throw DeliveryFailure(.timeout, permanent: false)
+            }
+        }
+        let current = behaviour
+        condition.unlock()
+        if case .fail(let failure) = current {
+            throw failure
+        }
+        if let next {
+            return try next.send(message)
+        }
+        return DeliveryReceipt()
+    }
+}
