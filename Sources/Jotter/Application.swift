@@ -10,6 +10,7 @@ public final class Application: Sendable {
     /// The delivery worker.
     public let worker: DeliveryWorker
     let server: HTTPServer
+    let rating: RatingStore
     private let dataDirectory: DataDirectory
     private let logger: Logger
 
@@ -37,7 +38,9 @@ public final class Application: Sendable {
             let count = try outbox.requeueFailed()
             logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
         }
-        let router = try Self.routes(outbox: outbox, worker: worker, publicDirectory: configuration.publicDirectory)
+        rating = try RatingStore(outbox: outbox, clock: clock)
+        let router = try Self.routes(outbox: outbox, worker: worker, rating: rating,
+                                     publicDirectory: configuration.publicDirectory)
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http")) { request, respond in
             router.handle(request, respond: respond)
         }
@@ -60,13 +63,16 @@ public final class Application: Sendable {
     public func stop() {
         server.stop()
         worker.stop()
+        rating.flush()
         outbox.close()
     }
 
-    static func routes(outbox: Outbox, worker: DeliveryWorker, publicDirectory: String) throws -> Router {
+    static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore,
+                       publicDirectory: String) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory)
         let files = StaticFiles(publicDirectory: publicDirectory)
-        let send = SendRoute(outbox: outbox)
+        let send = SendRoute(outbox: outbox, rating: rating)
+        let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox)
         var router = Router()
         router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
@@ -79,6 +85,12 @@ public final class Application: Sendable {
         router.add("POST", "/history/{id}/retry") { _, parameters, respond in
             respond(history.retry(id: parameters["id"] ?? "") { worker.wake() })
         }
+        router.add("GET", "/i18n/{file}") { _, parameters, respond in
+            respond(page.translations(file: parameters["file"] ?? ""))
+        }
+        router.add("GET", "/rating") { _, _, respond in respond(ratingRoute.state()) }
+        router.add("POST", "/rating") { request, _, respond in respond(ratingRoute.record(request)) }
+        router.add("GET", "/about") { _, _, respond in respond(AboutPage.response) }
         router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
         router.add("GET", "/favicon.ico") { _, _, respond in
             respond(files.files["favicon.ico"] == nil ? HTTPResponse(status: 204) : files.handle(name: "favicon.ico"))

@@ -92,19 +92,24 @@ enum MIME {
         return name + encodedWords(subject, firstLineUsed: name.count).joined(separator: "\r\n ")
     }
 
-    /// `=?UTF-8?B?…?=` words of at most 75 characters each, never splitting a character's bytes
-    /// (RFC 2047 section 5 rule 3).
+    /// `=?UTF-8?B?…?=` words of at most 75 characters each, the first one short enough to share its line
+    /// with `firstLineUsed` characters of header name, never splitting a character's bytes
+    /// (RFC 2047 section 5 rule 3: words split at Unicode scalar boundaries).
     static func encodedWords(_ text: String, firstLineUsed: Int) -> [String] {
         let overhead = "=?UTF-8?B??=".count
-        let maxEncoded = 75 - overhead  // 63 base64 chars → 45 bytes (multiple of 3 keeps words independent)
-        let maxBytes = maxEncoded / 4 * 3
+        func capacity(lineUsed: Int) -> Int {
+            // 76 - 1: a folded line starts with one space; base64 of 3n bytes is 4n characters.
+            max(3, (min(75, 78 - lineUsed) - overhead) / 4 * 3)
+        }
         var words: [String] = []
         var chunk: [UInt8] = []
-        for character in text {
-            let bytes = Array(String(character).utf8)
-            if !chunk.isEmpty && chunk.count + bytes.count > maxBytes {
+        var limit = capacity(lineUsed: firstLineUsed)
+        for scalar in text.unicodeScalars {
+            let bytes = Array(String(scalar).utf8)
+            if !chunk.isEmpty && chunk.count + bytes.count > limit {
                 words.append("=?UTF-8?B?\(base64(chunk))?=")
                 chunk = []
+                limit = capacity(lineUsed: 1)
             }
             chunk += bytes
         }
@@ -127,7 +132,7 @@ enum MIME {
             return ("7bit", Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
         }
         if nonASCII * 3 > utf8.count {
-            let encoded = base64(Array(lines.joined(separator: "\r\n").utf8))
+            let encoded = base64(Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
             var out: [UInt8] = []
             out.reserveCapacity(encoded.utf8.count + encoded.utf8.count / 76 * 2 + 2)
             var column = 0
@@ -177,8 +182,9 @@ enum MIME {
         return lines
     }
 
-    /// One line, quoted-printable, soft-broken at 76 columns. A leading `F` or `.` is encoded so that
-    /// `From ` lines survive mbox readers and `.` lines survive careless SMTP relays.
+    /// One line, quoted-printable, soft-broken at 76 columns. An `F` or `.` that starts a wire line (the
+    /// line's first byte, or the first after a soft break) is encoded, so `From ` lines survive mbox
+    /// readers and `.` lines survive careless SMTP relays.
     static func quotedPrintable(_ line: [UInt8]) -> [UInt8] {
         let hex = Array("0123456789ABCDEF".utf8)
         var out: [UInt8] = []
@@ -187,11 +193,13 @@ enum MIME {
             let isLast = index == line.count - 1
             let mustEncode = byte == 0x3D || byte >= 0x7F || (byte < 0x20 && byte != 0x09)
                 || (isLast && (byte == 0x20 || byte == 0x09))
-                || (index == 0 && (byte == 0x2E || byte == 0x46))
-            let piece: [UInt8] = mustEncode ? [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]] : [byte]
+            var piece: [UInt8] = mustEncode ? [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]] : [byte]
             if column + piece.count > 75 {
                 out += [0x3D, 13, 10]
                 column = 0
+            }
+            if column == 0 && (byte == 0x2E || byte == 0x46) {
+                piece = [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
             }
             out += piece
             column += piece.count

@@ -359,7 +359,31 @@ public final class Outbox: @unchecked Sendable {
         }
     }
 
+    /// Stores a plain (non-secret) setting.
+    public func writeSetting(_ name: String, value: String) throws {
+        try performWrite { database in
+            try database.run("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                             [.text(name), .blob(Array(value.utf8))])
+        }
+    }
+
     // MARK: Reads
+
+    /// A plain setting written by `writeSetting`.
+    public func readSetting(_ name: String) throws -> String? {
+        try read { database in
+            try database.statement("SELECT value FROM settings WHERE name = ?").firstRow([.text(name)]) { row in
+                row.blob(0).map { String(decoding: $0, as: UTF8.self) }
+            } ?? nil
+        }
+    }
+
+    /// How many memos were ever accepted (rows are never deleted, so the highest sequence number).
+    public func acceptedCount() throws -> Int64 {
+        try read { database in
+            try database.statement("SELECT COALESCE(MAX(seq), 0) FROM messages").firstRow { $0.int64(0) } ?? 0
+        }
+    }
 
     private func read<T: Sendable>(_ body: (Database) throws -> T) throws -> T {
         try readerLock.withLock { _ in try reader.read(body) }

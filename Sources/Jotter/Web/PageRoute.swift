@@ -1,36 +1,55 @@
 import Foundation
 
-/// `GET /`: the page, held in memory, with a Content-Security-Policy that allows exactly its own
-/// inline `<style>` and `<script>` (by SHA-256 hash) and nothing from any other origin.
+/// `GET /`: the page, rendered once per language at start and held in memory, with a
+/// Content-Security-Policy that allows exactly its own inline `<style>` and `<script>` (by SHA-256
+/// hash) and nothing from any other origin.
+///
+/// `Public/index.html` is a template: `{{key}}` becomes the HTML-escaped string for `key` in the
+/// chosen language, plus `{{lang}}`, `{{dir}}` and `{{projectURL}}`. Style and script hold no
+/// placeholders, so one policy fits every language.
 struct PageRoute: Sendable {
     /// Why the page could not be loaded at start.
     enum LoadError: Error, CustomStringConvertible {
         case missing(path: String)
+        case invalidTranslations(tag: String)
 
         var description: String {
             switch self {
             case .missing(let path): return "cannot read the page at \(path)"
+            case .invalidTranslations(let tag): return "Public/i18n/\(tag).json is not a JSON object of strings"
             }
         }
     }
 
-    let html: [UInt8]
+    let localization: Localization
+    let pages: [String: [UInt8]]
     let contentSecurityPolicy: String
 
-    /// Reads `index.html` from `publicDirectory` and hashes its inline style and script.
-    init(publicDirectory: String) throws {
+    /// Reads the template and translations from `publicDirectory`.
+    init(publicDirectory: String, projectURL: String = PageRoute.defaultProjectURL) throws {
         guard let data = FileManager.default.contents(atPath: publicDirectory + "/index.html") else {
             throw LoadError.missing(path: publicDirectory + "/index.html")
         }
-        self.init(html: Array(data))
+        let localization = try Localization(directory: publicDirectory + "/i18n")
+        self.init(template: String(decoding: data, as: UTF8.self), localization: localization,
+                  projectURL: projectURL)
     }
 
-    /// Serves `html`.
-    init(html: [UInt8]) {
-        self.html = html
-        let text = String(decoding: html, as: UTF8.self)
-        let scripts = Self.elementContents(tag: "script", in: text).map(Self.hashSource)
-        let styles = Self.elementContents(tag: "style", in: text).map(Self.hashSource)
+    /// Renders `template` for every available language.
+    init(template: String, localization: Localization, projectURL: String = PageRoute.defaultProjectURL) {
+        self.localization = localization
+        var pages: [String: [UInt8]] = [:]
+        let english = localization.strings[Localization.fallback] ?? [:]
+        for tag in localization.available {
+            var values = english.merging(localization.strings[tag] ?? [:]) { $1 }
+            values["lang"] = tag
+            values["dir"] = Localization.rightToLeft.contains(tag) ? "rtl" : "ltr"
+            values["projectURL"] = projectURL
+            pages[tag] = Array(Self.render(template, values: values).utf8)
+        }
+        self.pages = pages
+        let scripts = Self.elementContents(tag: "script", in: template).map(Self.hashSource)
+        let styles = Self.elementContents(tag: "style", in: template).map(Self.hashSource)
         contentSecurityPolicy = [
             "default-src 'none'",
             "script-src " + (scripts.isEmpty ? "'none'" : scripts.joined(separator: " ")),
@@ -44,11 +63,64 @@ struct PageRoute: Sendable {
         ].joined(separator: "; ")
     }
 
+    /// Where five stars send a happy user.
+    static let defaultProjectURL = "/about"
+
     func handle(_ request: HTTPRequest) -> HTTPResponse {
-        HTTPResponse(status: 200, headers: [
+        let tag = localization.negotiate(query: request.queryValue("lang"),
+                                         acceptLanguage: request.headers["Accept-Language"])
+        return HTTPResponse(status: 200, headers: [
             "Content-Type": "text/html; charset=utf-8",
+            "Content-Language": tag,
+            "Vary": "Accept-Language",
             "Content-Security-Policy": contentSecurityPolicy,
-        ], body: html)
+        ], body: pages[tag] ?? pages[Localization.fallback] ?? [])
+    }
+
+    /// `GET /i18n/{tag}.json`: one language's strings, for the in-page language switch.
+    func translations(file: String) -> HTTPResponse {
+        guard file.hasSuffix(".json"), let bytes = localization.files[String(file.dropLast(5))] else {
+            return .error(404, code: "not_found", message: "No such language.")
+        }
+        return HTTPResponse(status: 200, headers: ["Content-Type": "application/json"], body: bytes)
+    }
+
+    /// Replaces each `{{name}}` whose name is in `values` with its HTML-escaped value; leaves others.
+    static func render(_ template: String, values: [String: String]) -> String {
+        var output = ""
+        output.reserveCapacity(template.utf8.count + 1024)
+        var rest = template[...]
+        while let open = rest.range(of: "{{") {
+            output += rest[..<open.lowerBound]
+            let afterOpen = rest[open.upperBound...]
+            guard let close = afterOpen.range(of: "}}"),
+                  afterOpen.distance(from: afterOpen.startIndex, to: close.lowerBound) <= 64,
+                  let value = values[String(afterOpen[..<close.lowerBound])] else {
+                output += "{{"
+                rest = afterOpen
+                continue
+            }
+            output += escapeHTML(value)
+            rest = afterOpen[close.upperBound...]
+        }
+        output += rest
+        return output
+    }
+
+    static func escapeHTML(_ text: String) -> String {
+        var escaped = ""
+        escaped.reserveCapacity(text.utf8.count)
+        for character in text {
+            switch character {
+            case "&": escaped += "&amp;"
+            case "<": escaped += "&lt;"
+            case ">": escaped += "&gt;"
+            case "\"": escaped += "&quot;"
+            case "'": escaped += "&#39;"
+            default: escaped.append(character)
+            }
+        }
+        return escaped
     }
 
     /// The exact text inside each `<tag …>…</tag>` (what CSP hashes).
@@ -87,7 +159,7 @@ struct StaticFiles: Sendable {
     static let contentTypes = [
         "png": "image/png", "svg": "image/svg+xml", "ico": "image/x-icon", "webmanifest": "application/manifest+json",
         "json": "application/json", "txt": "text/plain; charset=utf-8", "css": "text/css; charset=utf-8",
-        "js": "text/javascript; charset=utf-8",
+        "js": "text/javascript; charset=utf-8", "html": "text/html; charset=utf-8",
     ]
 
     func handle(name: String) -> HTTPResponse {

@@ -4,6 +4,7 @@
 /// browser's plain form post (no JavaScript) gets `303 → /` instead, so the page comes back empty.
 struct SendRoute: Sendable {
     let outbox: Outbox
+    let rating: RatingStore?
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -25,6 +26,7 @@ struct SendRoute: Sendable {
             return
         }
         let navigation = Self.isFormNavigation(request)
+        let fromPage = !navigation && request.headers["Sec-Fetch-Site"] == "same-origin"
         outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first)) { result in
             switch result {
             case .success(let outcome):
@@ -33,6 +35,9 @@ struct SendRoute: Sendable {
                     : HTTPResponse(status: 204)
                 response.headers.add(name: "X-Message-Id", value: outcome.id)
                 response.messageID = outcome.id
+                if case .accepted = outcome, rating?.recordSend(fromPage: fromPage) == true {
+                    response.headers.add(name: "X-Rating-Prompt", value: "1")
+                }
                 respond(response)
             case .failure(.idempotencyConflict):
                 respond(.error(409, code: "idempotency_conflict",
