@@ -11,6 +11,7 @@ public final class Application: Sendable {
     public let worker: DeliveryWorker
     let server: HTTPServer
     let rating: RatingStore
+    let policy: RequestPolicy
     private let dataDirectory: DataDirectory
     private let logger: Logger
 
@@ -39,9 +40,16 @@ public final class Application: Sendable {
             logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
         }
         rating = try RatingStore(outbox: outbox, clock: clock)
-        let router = try Self.routes(outbox: outbox, worker: worker, rating: rating,
+        let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
+        let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      publicDirectory: configuration.publicDirectory)
+        let policy = RequestPolicy(configuredHosts: configuration.allowedHosts)
+        self.policy = policy
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http")) { request, respond in
+            if let refusal = policy.refusal(for: request) {
+                respond(router.finish(refusal))
+                return
+            }
             router.handle(request, respond: respond)
         }
         let worker = worker
@@ -49,6 +57,7 @@ public final class Application: Sendable {
         do {
             try worker.start()
             try server.start()
+            policy.setPort(server.port)
         } catch {
             worker.stop()
             outbox.close()
@@ -67,11 +76,11 @@ public final class Application: Sendable {
         outbox.close()
     }
 
-    static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore,
+    static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
                        publicDirectory: String) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory)
         let files = StaticFiles(publicDirectory: publicDirectory)
-        let send = SendRoute(outbox: outbox, rating: rating)
+        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox)
         var router = Router()

@@ -49,6 +49,10 @@ public enum CommandLineOptions {
                                ps and shell history (JOTTER_RELAY_FILE)
           --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
+          --allowed-host NAME  also answer to this Host name, e.g. mybox.local (repeatable;
+                               JOTTER_ALLOWED_HOSTS, comma-separated). Loopback always works.
+          --rate-limit N|off   memos per minute per client, in bursts of N (JOTTER_RATE_LIMIT;
+                               default 300); beyond it: 429 with Retry-After
           --max-body BYTES     largest memo request accepted (JOTTER_MAX_BODY; default 262144)
           --public-dir PATH    the page's files (JOTTER_PUBLIC_DIR; default ./Public)
           --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_LOG_LEVEL; default info)
@@ -70,12 +74,17 @@ public enum CommandLineOptions {
         default: throw UsageError(description: "unknown command '\(first.prefix(40))'")
         }
         var values: [String: String] = [:]
+        var allowedHosts: [String] = []
         let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
                      "--relay": "JOTTER_RELAY", "--relay-file": "JOTTER_RELAY_FILE", "--slots": "JOTTER_SLOTS",
-                     "--retry-cap": "JOTTER_RETRY_CAP", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
+                     "--retry-cap": "JOTTER_RETRY_CAP", "--allowed-host": "JOTTER_ALLOWED_HOSTS",
+                     "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
         for (flag, variable) in flags {
             if let value = environment[variable], !value.isEmpty { values[flag] = value }
+        }
+        if let hosts = values.removeValue(forKey: "--allowed-host") {
+            allowedHosts = hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ") }.map(String.init)
         }
         while let argument = arguments.popFirst() {
             if argument == "-h" || argument == "--help" { return .help(serveHelp) }
@@ -91,13 +100,28 @@ public enum CommandLineOptions {
             guard let given = value ?? arguments.popFirst() else {
                 throw UsageError(description: "\(name) needs a value")
             }
-            values[name] = given
+            if name == "--allowed-host" {
+                allowedHosts.append(given)
+            } else {
+                values[name] = given
+            }
         }
 
         let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
         var configuration = Configuration(dataDirectory: dataDirectory,
                                           publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
         configuration.relay = values["--relay"]
+        configuration.allowedHosts = allowedHosts.filter { !$0.isEmpty }
+        if let limit = values["--rate-limit"] {
+            if limit == "off" {
+                configuration.rateLimit = nil
+            } else {
+                guard let perMinute = Int(limit), (1...1_000_000).contains(perMinute) else {
+                    throw UsageError(description: "--rate-limit must be a number of memos per minute, or off")
+                }
+                configuration.rateLimit = RateLimiter.Limits(burst: Double(perMinute), perSecond: Double(perMinute) / 60)
+            }
+        }
         if let path = values["--relay-file"] {
             guard configuration.relay == nil else {
                 throw UsageError(description: "give --relay or --relay-file, not both")

@@ -11,6 +11,10 @@ public struct Configuration: Sendable {
     public var http = HTTPServer.Configuration()
     /// The delivery worker's settings.
     public var delivery = DeliveryWorker.Configuration()
+    /// Host names the server answers to besides loopback (`--allowed-host`), e.g. a LAN name.
+    public var allowedHosts: [String] = []
+    /// Posting limit per client address; nil turns it off.
+    public var rateLimit: RateLimiter.Limits? = RateLimiter.Limits(burst: 300, perSecond: 5)
     /// Log level.
     public var logLevel: Logger.Level = .info
 

@@ -44,15 +44,18 @@ public struct HTTPRequest: Sendable {
     public var headers: HTTPHeaders
     /// The body (chunked uploads already joined).
     public var body: [UInt8]
+    /// The client's IP address ("" when unknown, as in router-level tests).
+    public var remoteAddress: String
 
     /// Creates a request.
     public init(method: String, path: String, query: [(name: String, value: String)] = [],
-                headers: HTTPHeaders = [:], body: [UInt8] = []) {
+                headers: HTTPHeaders = [:], body: [UInt8] = [], remoteAddress: String = "") {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        self.remoteAddress = remoteAddress
     }
 
     /// The first query argument called `name`.

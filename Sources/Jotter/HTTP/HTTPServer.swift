@@ -288,8 +288,11 @@ extension HTTPServer {
         if context.queued { return .YES }
         if !context.dispatched {
             context.dispatched = true
+            var address = [CChar](repeating: 0, count: 64)
+            jotter_mhd_client_address(connection, &address, address.count)
             let request = HTTPRequest(method: context.method, path: context.path, query: context.query,
-                                      headers: context.headers, body: context.body)
+                                      headers: context.headers, body: context.body,
+                                      remoteAddress: String(decoding: address.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self))
             context.body = []
             handler(request) { [context] response in context.complete(response) }
         }

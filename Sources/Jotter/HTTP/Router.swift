@@ -71,6 +71,11 @@ public struct Router: Sendable {
         return parameters
     }
 
+    /// `response` with the headers every response carries (for answers given before routing).
+    public func finish(_ response: HTTPResponse) -> HTTPResponse {
+        Self.finish(response, policy: defaultContentSecurityPolicy)
+    }
+
     /// `no-store` (a memo must never sit in a cache), `nosniff`, `no-referrer`, a CSP, and no cookie ever.
     static func finish(_ response: HTTPResponse, policy: String) -> HTTPResponse {
         var response = response

@@ -5,6 +5,7 @@
 struct SendRoute: Sendable {
     let outbox: Outbox
     let rating: RatingStore?
+    let limiter: RateLimiter?
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -12,6 +13,13 @@ struct SendRoute: Sendable {
     }
 
     func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        if let seconds = limiter?.retryAfter(client: request.remoteAddress) {
+            var response = HTTPResponse.error(429, code: "rate_limited",
+                                              message: "Too many memos at once; try again in a moment.")
+            response.headers.add(name: "Retry-After", value: String(seconds))
+            respond(response)
+            return
+        }
         let memo: MemoDecoder.Memo
         do {
             memo = try MemoDecoder.decode(contentType: request.headers["Content-Type"], body: request.body)

@@ -1,0 +1,160 @@
+import Synchronization
+
+/// Who may talk to Jotter: the `Host` allowlist (defeats DNS rebinding) and the cross-origin checks
+/// (defeat cross-site form posts, which need no CORS preflight). `curl`, which sends neither `Origin`
+/// nor `Sec-Fetch-Site`, passes.
+public final class RequestPolicy: Sendable {
+    /// Extra host names the user allows (`--allowed-host`), lowercased.
+    let configuredHosts: Set<String>
+    /// Addresses of the interfaces the server listens on (LAN mode), lowercased.
+    let boundAddresses: Set<String>
+    private let port = Atomic<Int>(0)
+    /// `http` or `https`: part of our origin.
+    let scheme: String
+
+    /// A policy allowing loopback names and literals, `boundAddresses` and `configuredHosts` on our port.
+    public init(configuredHosts: [String] = [], boundAddresses: [String] = [], scheme: String = "http") {
+        self.configuredHosts = Set(configuredHosts.map { Self.normalized($0) })
+        self.boundAddresses = Set(boundAddresses.map { Self.normalized($0) })
+        self.scheme = scheme
+    }
+
+    /// The port the server actually bound (known only after start).
+    public func setPort(_ port: Int) {
+        self.port.store(port, ordering: .releasing)
+    }
+
+    private static func normalized(_ host: String) -> String {
+        var host = host.lowercased()
+        if host.hasSuffix(".") { host.removeLast() }
+        return host
+    }
+
+    /// Nil when `request` may proceed, else the refusal.
+    public func refusal(for request: HTTPRequest) -> HTTPResponse? {
+        guard let host = request.headers["Host"], isAllowed(host: host) else {
+            return .error(403, code: "forbidden_host",
+                          message: "This server does not answer to that Host. Use the address it printed.")
+        }
+        if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
+            return refusal
+        }
+        return nil
+    }
+
+    /// State-changing requests and everything that reveals memo metadata.
+    private func needsSameOrigin(_ request: HTTPRequest) -> Bool {
+        if request.method != "GET" && request.method != "HEAD" { return true }
+        return request.path.hasPrefix("/history") || request.path == "/rating"
+    }
+
+    private func crossOriginRefusal(_ request: HTTPRequest, host: String) -> HTTPResponse? {
+        let refused = HTTPResponse.error(403, code: "cross_origin",
+                                         message: "Requests from other sites are refused.")
+        if let site = request.headers["Sec-Fetch-Site"]?.lowercased(), site == "cross-site" || site == "same-site" {
+            return refused
+        }
+        let origins = request.headers.values("Origin")
+        guard origins.count <= 1 else { return refused }
+        if let origin = origins.first {
+            guard origin.lowercased() == "\(scheme)://\(host.lowercased())" else { return refused }
+        }
+        return nil
+    }
+
+    /// `name[:port]` where the port is ours (or absent when ours is the scheme's default) and the name
+    /// is a loopback name or literal, a bound address, or a configured name.
+    func isAllowed(host value: String) -> Bool {
+        let ourPort = port.load(ordering: .acquiring)
+        var name: Substring
+        var portText: Substring?
+        if value.hasPrefix("[") {
+            guard let close = value.firstIndex(of: "]") else { return false }
+            name = value[...close]
+            let rest = value[value.index(after: close)...]
+            if !rest.isEmpty {
+                guard rest.hasPrefix(":") else { return false }
+                portText = rest.dropFirst()
+            }
+        } else if let colon = value.firstIndex(of: ":") {
+            name = value[..<colon]
+            portText = value[value.index(after: colon)...]
+        } else {
+            name = value[...]
+        }
+        let defaultPort = scheme == "https" ? 443 : 80
+        if let portText {
+            guard let port = Int(portText), port == ourPort, portText.allSatisfy(\.isASCII) else { return false }
+        } else if ourPort != defaultPort {
+            return false
+        }
+        let host = Self.normalized(String(name))
+        guard !host.isEmpty else { return false }
+        return host == "localhost" || host == "[::1]" || Self.isIPv4Loopback(host)
+            || boundAddresses.contains(host) || configuredHosts.contains(host)
+    }
+
+    private static func isIPv4Loopback(_ host: String) -> Bool {
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "127" else { return false }
+        return parts.allSatisfy { part in
+            !part.isEmpty && part.count <= 3 && part.allSatisfy(\.isNumber) && (Int(part) ?? 256) <= 255
+        }
+    }
+}
+
+/// A token bucket per client address for posting memos: generous by default, and a memo already
+/// accepted is never affected (the limit is checked before anything is stored).
+public final class RateLimiter: Sendable {
+    /// Burst size and refill rate.
+    public struct Limits: Sendable, Equatable {
+        /// Most posts in a burst.
+        public var burst: Double = 60
+        /// Tokens regained per second.
+        public var perSecond: Double = 1
+
+        /// 60 at once, then one a second.
+        public init(burst: Double = 60, perSecond: Double = 1) {
+            self.burst = burst
+            self.perSecond = perSecond
+        }
+    }
+
+    private struct Bucket {
+        var tokens: Double
+        var updated: Int64
+    }
+
+    private let limits: Limits
+    private let clock: any WallClock
+    private let buckets = Mutex<[String: Bucket]>([:])
+
+    /// A limiter with `limits`, reading time from `clock`.
+    public init(limits: Limits = Limits(), clock: any WallClock = SystemClock()) {
+        self.limits = limits
+        self.clock = clock
+    }
+
+    /// Takes a token for `client`; nil when allowed, else the seconds until one is available.
+    public func retryAfter(client: String) -> Int? {
+        let now = clock.nowMilliseconds()
+        return buckets.withLock { buckets -> Int? in
+            if buckets.count > 10_000 {
+                // Forget clients whose buckets have refilled: they are indistinguishable from new ones.
+                buckets = buckets.filter { _, bucket in
+                    bucket.tokens + Double(now - bucket.updated) / 1000 * limits.perSecond < limits.burst
+                }
+            }
+            var bucket = buckets[client] ?? Bucket(tokens: limits.burst, updated: now)
+            bucket.tokens = min(limits.burst, bucket.tokens + Double(now - bucket.updated) / 1000 * limits.perSecond)
+            bucket.updated = now
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                buckets[client] = bucket
+                return nil
+            }
+            buckets[client] = bucket
+            return max(1, Int(((1 - bucket.tokens) / limits.perSecond).rounded(.up)))
+        }
+    }
+}
