@@ -28,9 +28,14 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        .systemLibrary(
+            name: "CQRencode",
+            pkgConfig: "libqrencode",
+            providers: [.apt(["libqrencode-dev"])]
+        ),
         .target(
             name: "Jotter",
-            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl"]
+            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode"]
         ),
         .executableTarget(
             name: "JotterCLI",

@@ -18,6 +18,8 @@ typedef struct {
     unsigned int per_ip_connection_limit;
     unsigned int connection_timeout_seconds;
     size_t connection_memory_limit;
+    const char *tls_key_pem;   /* NULL: plain HTTP */
+    const char *tls_cert_pem;
 } jotter_mhd_config;
 
 static void jotter_mhd_silent_logger(void *cls, const char *fmt, va_list ap) {
@@ -32,6 +34,8 @@ static inline struct MHD_Daemon *jotter_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_cls,
     MHD_RequestCompletedCallback completed, void *completed_cls)
 {
+    unsigned int flags = config->flags;
+    if (config->tls_key_pem != NULL && config->tls_cert_pem != NULL) flags |= MHD_USE_TLS;
     struct MHD_OptionItem options[] = {
         { MHD_OPTION_LISTEN_SOCKET, config->listen_fd, NULL },
         { MHD_OPTION_THREAD_POOL_SIZE, config->thread_pool_size, NULL },
@@ -41,9 +45,11 @@ static inline struct MHD_Daemon *jotter_mhd_start(
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL },
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls },
         { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)jotter_mhd_silent_logger, NULL },
+        { config->tls_key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)config->tls_key_pem },
+        { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem },
         { MHD_OPTION_END, 0, NULL },
     };
-    return MHD_start_daemon(config->flags, 0, NULL, NULL, handler, handler_cls,
+    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 }
 

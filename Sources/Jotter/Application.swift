@@ -12,6 +12,9 @@ public final class Application: Sendable {
     let server: HTTPServer
     let rating: RatingStore
     let policy: RequestPolicy
+    let devices: DeviceRegistry?
+    /// In LAN mode: where phones reach this server, and how to pair them.
+    public let lanInfo: LANInfo?
     private let dataDirectory: DataDirectory
     private let logger: Logger
 
@@ -43,11 +46,38 @@ public final class Application: Sendable {
         let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      publicDirectory: configuration.publicDirectory)
-        let policy = RequestPolicy(configuredHosts: configuration.allowedHosts)
+        var http = configuration.http
+        var lanInfo: LANInfo?
+        var devices: DeviceRegistry?
+        if configuration.lan {
+            let addresses = NetworkInterfaces.lanAddresses()
+            let names = ["localhost"] + NetworkInterfaces.hostNames()
+            var fingerprint: String?
+            if !configuration.insecureHTTP {
+                let certificate = try SelfSignedCertificate.loadOrCreate(
+                    directory: dataDirectory.path + "/tls", names: names, addresses: addresses + ["127.0.0.1"])
+                http.tls = (certificate.privateKeyPEM, certificate.certificatePEM)
+                fingerprint = certificate.fingerprint
+            }
+            let registry = try DeviceRegistry(databasePath: dataDirectory.databasePath, key: key, clock: clock)
+            devices = registry
+            lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
+                              fingerprint: fingerprint, pairingToken: try registry.issuePairingToken())
+        }
+        let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + (configuration.lan ? NetworkInterfaces.hostNames() : []),
+                                   boundAddresses: lanInfo?.addresses ?? [],
+                                   scheme: http.tls == nil ? "http" : "https", devices: devices,
+                                   trustsLoopback: configuration.lanTrustsLoopback, clock: clock)
         self.policy = policy
-        server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http")) { request, respond in
+        self.devices = devices
+        let pairRoute = devices.map { PairRoute(devices: $0, policy: policy) }
+        server = HTTPServer(configuration: http, logger: logger.labelled("http")) { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
+                return
+            }
+            if request.path == "/pair", request.method == "POST", let pairRoute {
+                respond(router.finish(pairRoute.handle(request)))
                 return
             }
             router.handle(request, respond: respond)
@@ -58,6 +88,8 @@ public final class Application: Sendable {
             try worker.start()
             try server.start()
             policy.setPort(server.port)
+            lanInfo?.port = server.port
+            self.lanInfo = lanInfo
         } catch {
             worker.stop()
             outbox.close()
@@ -73,6 +105,7 @@ public final class Application: Sendable {
         server.stop()
         worker.stop()
         rating.flush()
+        devices?.close()
         outbox.close()
     }
 

@@ -17,6 +17,13 @@ do {
 switch command {
 case .help(let text):
     print(text)
+case .devices(let dataDirectory, let action):
+    do {
+        print(try DevicesCommand.run(dataDirectory: dataDirectory, action: action))
+    } catch {
+        FileHandle.standardError.write(Data("jotter devices: \(error)\n".utf8))
+        exit(1)
+    }
 case .serve(let configuration):
     let application: Application
     do {
@@ -27,7 +34,11 @@ case .serve(let configuration):
         exit(1)
     }
     let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
-    print("Listening on http://\(host):\(application.port)")
+    let scheme = application.lanInfo?.scheme ?? "http"
+    print("Listening on \(scheme)://\(host):\(application.port)")
+    if let lan = application.lanInfo {
+        print(LANBanner.text(lan))
+    }
     fflush(nil)  // all streams: scripts wait for this line
     var sources: [any DispatchSourceSignal] = []
     for signalNumber in [SIGINT, SIGTERM] {

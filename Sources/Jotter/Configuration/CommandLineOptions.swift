@@ -8,6 +8,8 @@ public enum CommandLineOptions {
         case help(String)
         /// Serve with this configuration.
         case serve(Configuration)
+        /// List or revoke paired LAN devices.
+        case devices(dataDirectory: String, action: DevicesCommand.Action)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.
@@ -23,6 +25,8 @@ public enum CommandLineOptions {
           jotter serve [options]     run the composer page and the delivery worker
           jotter --help              this text
           jotter serve --help        every option of serve
+          jotter devices [--data-dir PATH] [list | revoke ID]
+                                     the phones paired in LAN mode; revoke one's token
 
         Then open http://127.0.0.1:7373 or run: curl -d "buy milk" 127.0.0.1:7373
         """
@@ -49,6 +53,10 @@ public enum CommandLineOptions {
                                ps and shell history (JOTTER_RELAY_FILE)
           --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
+          --lan                listen on every interface so a phone on your network can send:
+                               HTTPS with a self-signed certificate kept in the data directory,
+                               and a one-time pairing link + QR code printed at start
+          --insecure-http      with --lan, serve plain HTTP instead (not recommended)
           --allowed-host NAME  also answer to this Host name, e.g. mybox.local (repeatable;
                                JOTTER_ALLOWED_HOSTS, comma-separated). Loopback always works.
           --rate-limit N|off   memos per minute per client, in bursts of N (JOTTER_RATE_LIMIT;
@@ -71,6 +79,7 @@ public enum CommandLineOptions {
         switch first {
         case "-h", "--help", "help": return .help(help)
         case "serve": break
+        case "devices": return try parseDevices(arguments, environment: environment)
         default: throw UsageError(description: "unknown command '\(first.prefix(40))'")
         }
         var values: [String: String] = [:]
@@ -86,8 +95,17 @@ public enum CommandLineOptions {
         if let hosts = values.removeValue(forKey: "--allowed-host") {
             allowedHosts = hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ") }.map(String.init)
         }
+        var lan = environment["JOTTER_LAN"] == "1", insecureHTTP = false
         while let argument = arguments.popFirst() {
             if argument == "-h" || argument == "--help" { return .help(serveHelp) }
+            if argument == "--lan" {
+                lan = true
+                continue
+            }
+            if argument == "--insecure-http" {
+                insecureHTTP = true
+                continue
+            }
             var name = argument
             var value: String?
             if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
@@ -111,6 +129,14 @@ public enum CommandLineOptions {
         var configuration = Configuration(dataDirectory: dataDirectory,
                                           publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
         configuration.relay = values["--relay"]
+        configuration.lan = lan
+        configuration.insecureHTTP = insecureHTTP
+        if insecureHTTP && !lan {
+            throw UsageError(description: "--insecure-http only makes sense with --lan")
+        }
+        if lan && values["--host"] == nil {
+            configuration.http.host = "0.0.0.0"
+        }
         configuration.allowedHosts = allowedHosts.filter { !$0.isEmpty }
         if let limit = values["--rate-limit"] {
             if limit == "off" {
@@ -163,6 +189,33 @@ public enum CommandLineOptions {
             configuration.logLevel = parsed
         }
         return .serve(configuration)
+    }
+
+    private static func parseDevices(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
+        var arguments = arguments
+        var dataDirectory = environment["JOTTER_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? Configuration.defaultDataDirectory(environment: environment)
+        var words: [String] = []
+        while let argument = arguments.popFirst() {
+            if argument == "--data-dir" {
+                guard let value = arguments.popFirst() else { throw UsageError(description: "--data-dir needs a value") }
+                dataDirectory = value
+            } else if argument.hasPrefix("--data-dir=") {
+                dataDirectory = String(argument.dropFirst("--data-dir=".count))
+            } else if argument == "-h" || argument == "--help" {
+                return .help(help)
+            } else {
+                words.append(argument)
+            }
+        }
+        switch words.first {
+        case nil, "list": return .devices(dataDirectory: dataDirectory, action: .list)
+        case "revoke":
+            guard words.count == 2 else { throw UsageError(description: "usage: jotter devices revoke ID") }
+            return .devices(dataDirectory: dataDirectory, action: .revoke(words[1]))
+        default:
+            throw UsageError(description: "unknown devices command '\(words[0].prefix(40))'")
+        }
     }
 
     /// The first non-blank line of the file (the URL); the error never repeats the file's content.

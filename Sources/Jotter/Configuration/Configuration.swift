@@ -15,6 +15,14 @@ public struct Configuration: Sendable {
     public var allowedHosts: [String] = []
     /// Posting limit per client address; nil turns it off.
     public var rateLimit: RateLimiter.Limits? = RateLimiter.Limits(burst: 300, perSecond: 5)
+    /// LAN mode: listen on every interface, serve HTTPS, require a paired device token off this machine.
+    public var lan = false
+    /// In LAN mode, serve plain HTTP instead of HTTPS (not recommended: browsers then send no
+    /// `Sec-Fetch-*` headers and the network can read memos).
+    public var insecureHTTP = false
+    /// In LAN mode, requests from this machine itself need no device token (scripts keep using curl).
+    /// Tests turn this off to exercise the token checks over loopback.
+    public var lanTrustsLoopback = true
     /// Log level.
     public var logLevel: Logger.Level = .info
 

@@ -31,6 +31,8 @@ public final class HTTPServer: @unchecked Sendable {
         public var connectionMemoryBytes = 64 * 1024
         /// libmicrohttpd's worker threads.
         public var threads = 2
+        /// Serve HTTPS with this PEM key and certificate (LAN mode); nil serves plain HTTP.
+        public var tls: (keyPEM: String, certificatePEM: String)?
 
         /// The defaults.
         public init() {}
@@ -90,9 +92,20 @@ public final class HTTPServer: @unchecked Sendable {
             connection_limit: UInt32(configuration.connectionLimit),
             per_ip_connection_limit: UInt32(max(configuration.perIPConnectionLimit, 16)),
             connection_timeout_seconds: UInt32(configuration.idleTimeoutSeconds),
-            connection_memory_limit: configuration.connectionMemoryBytes)
+            connection_memory_limit: configuration.connectionMemoryBytes,
+            tls_key_pem: nil, tls_cert_pem: nil)
         let me = Unmanaged.passUnretained(self).toOpaque()
-        guard let daemon = jotter_mhd_start(&limits, jotterAccessHandler, me, jotterRequestCompleted, me) else {
+        // libmicrohttpd reads the PEM strings while starting (it hands them to GnuTLS then).
+        let started = (configuration.tls?.keyPEM ?? "").withCString { key in
+            (configuration.tls?.certificatePEM ?? "").withCString { certificate in
+                if configuration.tls != nil {
+                    limits.tls_key_pem = key
+                    limits.tls_cert_pem = certificate
+                }
+                return jotter_mhd_start(&limits, jotterAccessHandler, me, jotterRequestCompleted, me)
+            }
+        }
+        guard let daemon = started else {
             close(fd)
             listenDescriptor = -1
             throw StartError.daemon

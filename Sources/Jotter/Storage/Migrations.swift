@@ -24,6 +24,16 @@ enum Migrations {
         ALTER TABLE messages ADD COLUMN backoff_step INTEGER NOT NULL DEFAULT 0;
         CREATE TABLE settings (name TEXT PRIMARY KEY, value BLOB NOT NULL);
         """,
+        """
+        CREATE TABLE devices (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            token_hash BLOB NOT NULL UNIQUE,
+            created_at INTEGER NOT NULL,
+            last_seen_at INTEGER,
+            revoked_at INTEGER
+        );
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -11,12 +11,23 @@ public final class RequestPolicy: Sendable {
     private let port = Atomic<Int>(0)
     /// `http` or `https`: part of our origin.
     let scheme: String
+    /// LAN mode: devices must present a token (nil: loopback only, no tokens).
+    let devices: DeviceRegistry?
+    /// Failed token attempts per client: a few, then `429`.
+    let failedAttempts: RateLimiter
+    /// Whether loopback peers skip the token check in LAN mode.
+    let trustsLoopback: Bool
 
-    /// A policy allowing loopback names and literals, `boundAddresses` and `configuredHosts` on our port.
-    public init(configuredHosts: [String] = [], boundAddresses: [String] = [], scheme: String = "http") {
+    /// A policy allowing loopback names and literals, `boundAddresses` and `configuredHosts` on our port;
+    /// with `devices`, every non-static request from off this machine needs a device token.
+    public init(configuredHosts: [String] = [], boundAddresses: [String] = [], scheme: String = "http",
+                devices: DeviceRegistry? = nil, trustsLoopback: Bool = true, clock: any WallClock = SystemClock()) {
+        self.trustsLoopback = trustsLoopback
         self.configuredHosts = Set(configuredHosts.map { Self.normalized($0) })
         self.boundAddresses = Set(boundAddresses.map { Self.normalized($0) })
         self.scheme = scheme
+        self.devices = devices
+        failedAttempts = RateLimiter(limits: .init(burst: 10, perSecond: 10.0 / 600), clock: clock)
     }
 
     /// The port the server actually bound (known only after start).
@@ -39,7 +50,50 @@ public final class RequestPolicy: Sendable {
         if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
             return refusal
         }
+        if let devices, !Self.isPublic(request), !(trustsLoopback && Self.isLoopbackPeer(request.remoteAddress)) {
+            return tokenRefusal(request, devices: devices)
+        }
         return nil
+    }
+
+    /// In LAN mode: a valid device token, or `401` (and `429` after repeated failures from one client).
+    private func tokenRefusal(_ request: HTTPRequest, devices: DeviceRegistry) -> HTTPResponse? {
+        let authorization = request.headers.values("Authorization")
+        if authorization.count == 1, let value = authorization.first, value.hasPrefix("Bearer "),
+           devices.verify(deviceToken: String(value.dropFirst(7)).trimmingASCIISpaces().description) != nil {
+            return nil
+        }
+        return failedAttempt(client: request.remoteAddress)
+    }
+
+    /// Counts a failed token or pairing attempt: `401`, or `429` once the client has failed too often.
+    func failedAttempt(client: String) -> HTTPResponse {
+        if let seconds = failedAttempts.retryAfter(client: client) {
+            var response = HTTPResponse.error(429, code: "too_many_attempts",
+                                              message: "Too many failed attempts; wait before trying again.")
+            response.headers.add(name: "Retry-After", value: String(seconds))
+            return response
+        }
+        var response = HTTPResponse.error(401, code: "unauthorized",
+                                          message: "Pair this device first: scan the code the server printed.")
+        response.headers.add(name: "WWW-Authenticate", value: "Bearer")
+        return response
+    }
+
+    /// What a device may fetch before pairing: the page and its files, and the pairing exchange.
+    static func isPublic(_ request: HTTPRequest) -> Bool {
+        if request.method == "POST" { return request.path == "/pair" }
+        guard request.method == "GET" || request.method == "HEAD" else { return false }
+        let path = request.path
+        if path == "/" || path == "/about" || path.hasPrefix("/i18n/") { return true }
+        // Top-level files of Public/ (manifest, icons): a name with an extension, no further slash.
+        let name = path.dropFirst()
+        return path.hasPrefix("/") && !name.contains("/") && name.contains(".")
+    }
+
+    /// A request from this machine itself (scripts using curl keep working without a token).
+    static func isLoopbackPeer(_ address: String) -> Bool {
+        address == "::1" || address.hasPrefix("127.") || address.hasPrefix("::ffff:127.")
     }
 
     /// State-changing requests and everything that reveals memo metadata.
