@@ -1,3 +1,5 @@
+import Glibc
+
 /// Jotter assembled: data directory, key, outbox, delivery worker, routes and HTTP server.
 ///
 /// `main` and the live tests both start Jotter through this type, so tests exercise exactly what
@@ -27,6 +29,9 @@ public final class Application: Sendable {
         self.configuration = configuration
         self.logger = logger
         dataDirectory = try DataDirectory(path: configuration.dataDirectory)
+        if access(dataDirectory.keyPath + ".new", F_OK) == 0 {
+            throw StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
+        }
         let key = try KeyStore.load(path: dataDirectory.keyPath,
                                     credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
         let relay = try RelayURL(configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
@@ -59,7 +64,9 @@ public final class Application: Sendable {
                 http.tls = (certificate.privateKeyPEM, certificate.certificatePEM)
                 fingerprint = certificate.fingerprint
             }
-            let registry = try DeviceRegistry(databasePath: dataDirectory.databasePath, key: key, clock: clock)
+            let registry = try DeviceRegistry(databasePath: dataDirectory.databasePath,
+                                              hashingKey: outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose),
+                                              clock: clock)
             devices = registry
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: fingerprint, pairingToken: try registry.issuePairingToken())
@@ -94,6 +101,18 @@ public final class Application: Sendable {
             worker.stop()
             outbox.close()
             throw error
+        }
+    }
+
+    /// Why Jotter refused to start (beyond the errors of its parts).
+    public enum StartFailure: Error, CustomStringConvertible {
+        case interruptedRekey(path: String)
+
+        public var description: String {
+            switch self {
+            case .interruptedRekey(let path):
+                return "\(path) exists: a 'jotter rekey' was interrupted; run 'jotter rekey' again to finish it"
+            }
         }
     }
 

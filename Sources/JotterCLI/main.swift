@@ -17,6 +17,14 @@ do {
 switch command {
 case .help(let text):
     print(text)
+case .rekey(let dataDirectory):
+    do {
+        let report = try Rekey.run(dataDirectory: dataDirectory)
+        print("Re-sealed \(report.resealed) memos under a new key\(report.resumed ? " (finished an interrupted rekey)" : "").")
+    } catch {
+        FileHandle.standardError.write(Data("jotter rekey: \(error)\n".utf8))
+        exit(1)
+    }
 case .devices(let dataDirectory, let action):
     do {
         print(try DevicesCommand.run(dataDirectory: dataDirectory, action: action))

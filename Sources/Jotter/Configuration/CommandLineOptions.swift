@@ -10,6 +10,8 @@ public enum CommandLineOptions {
         case serve(Configuration)
         /// List or revoke paired LAN devices.
         case devices(dataDirectory: String, action: DevicesCommand.Action)
+        /// Re-seal everything under a new key.
+        case rekey(dataDirectory: String)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.
@@ -27,6 +29,9 @@ public enum CommandLineOptions {
           jotter serve --help        every option of serve
           jotter devices [--data-dir PATH] [list | revoke ID]
                                      the phones paired in LAN mode; revoke one's token
+          jotter rekey [--data-dir PATH]
+                                     re-seal every stored memo under a new key (server stopped;
+                                     safe to interrupt: run it again to finish)
 
         Then open http://127.0.0.1:7373 or run: curl -d "buy milk" 127.0.0.1:7373
         """
@@ -80,6 +85,11 @@ public enum CommandLineOptions {
         case "-h", "--help", "help": return .help(help)
         case "serve": break
         case "devices": return try parseDevices(arguments, environment: environment)
+        case "rekey":
+            guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
+                throw UsageError(description: "usage: jotter rekey [--data-dir PATH]")
+            }
+            return .rekey(dataDirectory: directory)
         default: throw UsageError(description: "unknown command '\(first.prefix(40))'")
         }
         var values: [String: String] = [:]

@@ -14,7 +14,8 @@ public enum DevicesCommand {
         let key = try KeyStore.load(path: directory + "/key")
         let outbox = try Outbox(path: directory + "/jotter.db", key: key)
         defer { outbox.close() }
-        let registry = try DeviceRegistry(databasePath: directory + "/jotter.db", key: key)
+        let registry = try DeviceRegistry(databasePath: directory + "/jotter.db",
+                                          hashingKey: outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose))
         defer { registry.close() }
         switch action {
         case .list:

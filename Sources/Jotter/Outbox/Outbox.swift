@@ -62,9 +62,34 @@ public final class Outbox: @unchecked Sendable {
         self.writer = writer
         self.reader = reader
         self.sealingKey = try key.derived(purpose: "jotter outbox sealing v1")
-        self.hashingKey = try key.derived(purpose: "jotter outbox hashing v1")
+        self.hashingKey = try Self.hashingSecret(writer, sealingKey: sealingKey)
         self.clock = clock
         self.logger = logger
+    }
+
+    /// The secret behind every keyed hash (idempotency keys, payloads, device tokens): 32 random bytes
+    /// stored sealed under the outbox key. A separate secret, so `jotter rekey` can re-seal it and every
+    /// stored hash stays valid under a new key.
+    static func hashingSecret(_ database: Database, sealingKey: SymmetricKey) throws -> SymmetricKey {
+        let associatedData = Array("jotter/hashing-secret/v1".utf8)
+        let stored = try database.statement("SELECT value FROM settings WHERE name = 'hashing_secret'")
+            .firstRow { $0.blob(0) } ?? nil
+        if let stored {
+            let secret = try AESGCM.open(AESGCM.SealedBox(combined: stored), using: sealingKey,
+                                         authenticating: associatedData)
+            return try SymmetricKey(bytes: secret)
+        }
+        let secret = try SymmetricKey.random()
+        let sealed = try secret.withUnsafeBytes { bytes in
+            try AESGCM.seal(Array(bytes), using: sealingKey, authenticating: associatedData)
+        }
+        try database.run("INSERT INTO settings (name, value) VALUES ('hashing_secret', ?)", [.blob(sealed.combined)])
+        return secret
+    }
+
+    /// A subkey of the hashing secret for another component (device tokens).
+    public func hashingKey(purpose: String) throws -> SymmetricKey {
+        try hashingKey.derived(purpose: purpose)
     }
 
     /// WAL, `synchronous=FULL` (read back: the 204 promise depends on it), `secure_delete`.

@@ -34,6 +34,9 @@ enum Migrations {
             revoked_at INTEGER
         );
         """,
+        """
+        ALTER TABLE messages ADD COLUMN key_id BLOB;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -14,6 +14,9 @@ public final class DeviceRegistry: Sendable {
         public var revokedAt: Int64?
     }
 
+    /// The purpose string for the registry's hashing key.
+    public static let hashingPurpose = "jotter device tokens v1"
+
     /// How long a pairing token works.
     public static let pairingLifetime: Int64 = 10 * 60_000
 
@@ -23,12 +26,13 @@ public final class DeviceRegistry: Sendable {
     /// Hashes of live pairing tokens → expiry.
     private let pairing = Mutex<[[UInt8]: Int64]>([:])
 
-    /// A registry over the `devices` table of the outbox database at `path`.
-    public init(databasePath: String, key: SymmetricKey, clock: any WallClock = SystemClock()) throws {
+    /// A registry over the `devices` table of the outbox database at `path`; `hashingKey` comes from
+    /// `Outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose)`.
+    public init(databasePath: String, hashingKey: SymmetricKey, clock: any WallClock = SystemClock()) throws {
         let database = try Database(path: databasePath)
         try database.execute("PRAGMA busy_timeout = 5000")
         self.database = Mutex(DatabaseBox(database))
-        hashingKey = try key.derived(purpose: "jotter device tokens v1")
+        self.hashingKey = hashingKey
         self.clock = clock
     }
 

@@ -1,0 +1,120 @@
+import CCrypto
+import Glibc
+
+/// `jotter rekey`: re-seals every stored memo, subject and the hashing secret under a new key.
+///
+/// Crash-safe by construction: the new key is written first (`key.new`, O_EXCL, 0600, fsync); rows
+/// are re-sealed in batches, each a transaction that also stamps the row with the new key's id; only
+/// when no row is left under the old key does `key.new` replace `key` (rename, then fsync of the
+/// directory). Interrupted anywhere, running it again finishes the job; the server refuses to start
+/// while `key.new` exists, so it never runs with rows under two keys.
+public enum Rekey {
+    /// Why a rekey stopped.
+    public enum Failure: Error, CustomStringConvertible, Sendable {
+        case credentialKey
+        case unreadableRow(id: String)
+        case io(errno: Int32)
+
+        public var description: String {
+            switch self {
+            case .credentialKey:
+                return "the key comes from a systemd credential; rotate it there, not with jotter rekey"
+            case .unreadableRow(let id):
+                return "memo \(id) cannot be opened with the current key; nothing was changed for it"
+            case .io(let code):
+                return "cannot replace the key file: \(String(cString: strerror(code)))"
+            }
+        }
+    }
+
+    /// What a run did.
+    public struct Report: Sendable, Equatable {
+        /// Rows re-sealed by this run.
+        public var resealed: Int
+        /// True when the run finished an earlier, interrupted one.
+        public var resumed: Bool
+    }
+
+    static let batchSize = 200
+
+    /// Rekeys the data directory at `path` (the server must not be running: the directory lock is taken).
+    /// `stopAfterBatches` interrupts the run on purpose (tests of the crash path).
+    public static func run(dataDirectory path: String, stopAfterBatches: Int? = nil) throws -> Report {
+        let directory = try DataDirectory(path: path)
+        let newKeyPath = directory.keyPath + ".new"
+        let resumed = access(newKeyPath, F_OK) == 0
+        let oldKey = try KeyStore.load(path: directory.keyPath)
+        let newKey = try KeyStore.load(path: newKeyPath)
+        let database = try Database(path: directory.databasePath)
+        defer { database.close() }
+        try database.execute("PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; PRAGMA secure_delete = ON")
+        try Migrations.migrate(database)
+
+        let oldSealing = try oldKey.derived(purpose: "jotter outbox sealing v1")
+        let newSealing = try newKey.derived(purpose: "jotter outbox sealing v1")
+        let newID = Array(HMAC.sha256(Array("jotter key id".utf8), key: newKey).prefix(8))
+
+        // The hashing secret first: under whichever key holds it now, re-sealed under the new one.
+        try database.write { database in
+            let associatedData = Array("jotter/hashing-secret/v1".utf8)
+            guard let stored = try database.statement("SELECT value FROM settings WHERE name = 'hashing_secret'")
+                .firstRow([], { $0.blob(0) }) ?? nil else { return }
+            let box = try AESGCM.SealedBox(combined: stored)
+            if (try? AESGCM.open(box, using: newSealing, authenticating: associatedData)) != nil { return }
+            var secret = try AESGCM.open(box, using: oldSealing, authenticating: associatedData)
+            defer { secret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+            let resealed = try AESGCM.seal(secret, using: newSealing, authenticating: associatedData)
+            try database.run("UPDATE settings SET value = ? WHERE name = 'hashing_secret'", [.blob(resealed.combined)])
+        }
+
+        var resealed = 0
+        var batches = 0
+        while true {
+            if let stopAfterBatches, batches >= stopAfterBatches { return Report(resealed: resealed, resumed: resumed) }
+            let count = try database.write { database -> Int in
+                let rows = try database.statement("""
+                    SELECT seq, id, sealed_payload, sealed_subject FROM messages
+                    WHERE key_id IS NULL OR key_id != ? ORDER BY seq LIMIT ?
+                    """).rows([.blob(newID), .integer(Int64(batchSize))]) { row in
+                    (row.int64(0), row.text(1) ?? "", row.blob(2), row.blob(3))
+                }
+                for (seq, id, payload, subject) in rows {
+                    let newPayload = try payload.map {
+                        try reseal($0, field: "payload", id: id, from: oldSealing, to: newSealing)
+                    }
+                    let newSubject = try subject.map {
+                        try reseal($0, field: "subject", id: id, from: oldSealing, to: newSealing)
+                    }
+                    try database.run("UPDATE messages SET sealed_payload = ?, sealed_subject = ?, key_id = ? WHERE seq = ?",
+                                     [newPayload.map { .blob($0) } ?? .null, newSubject.map { .blob($0) } ?? .null,
+                                      .blob(newID), .integer(seq)])
+                }
+                return rows.count
+            }
+            resealed += count
+            batches += 1
+            if count < batchSize { break }
+        }
+        try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        guard rename(newKeyPath, directory.keyPath) == 0 else { throw Failure.io(errno: errno) }
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+        }
+        return Report(resealed: resealed, resumed: resumed)
+    }
+
+    private static func reseal(_ sealed: [UInt8], field: String, id: String, from old: SymmetricKey,
+                               to new: SymmetricKey) throws -> [UInt8] {
+        let associatedData = Outbox.associatedData(field, id)
+        let box = try AESGCM.SealedBox(combined: sealed)
+        guard var plaintext = try? AESGCM.open(box, using: old, authenticating: associatedData) else {
+            // A row that cannot be opened (tampered) is left exactly as it was, but stamped so the
+            // run can finish; it stays `held` and will never open.
+            return sealed
+        }
+        defer { plaintext.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+        return try AESGCM.seal(plaintext, using: new, authenticating: associatedData).combined
+    }
+}
