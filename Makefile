@@ -14,7 +14,7 @@ TEST_PACKAGES = python3 python3-aiosmtpd chromium
 
 
 
-.PHONY: run build test deps test-deps clean bench
+.PHONY: run build test deps test-deps clean bench fuzz
 
 run: build
 	.build/release/jotter serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -24,6 +24,10 @@ build: deps
 
 test: deps test-deps
 	$(SWIFT) test
+	Fuzz/run --check
+
+fuzz: deps
+	Fuzz/run all $(or $(SECONDS),60)
 
 bench: deps
 	bench/http
