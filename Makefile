@@ -22,9 +22,10 @@ run: build
 build: deps
 	$(SWIFT) build -c release --product jotter
 
+# The fuzz check first, so the test runner's summary is the last thing printed.
 test: deps test-deps
-	$(SWIFT) test
 	Fuzz/run --check
+	$(SWIFT) test
 
 fuzz: deps
 	Fuzz/run all $(or $(SECONDS),60)
