@@ -35,11 +35,13 @@ public enum Rekey {
         public var resumed: Bool
     }
 
-    static let batchSize = 200
+    /// Rows re-sealed per transaction.
+    public static let batchSize = 200
 
     /// Rekeys the data directory at `path` (the server must not be running: the directory lock is taken).
     /// `stopAfterBatches` interrupts the run on purpose (tests of the crash path).
-    public static func run(dataDirectory path: String, stopAfterBatches: Int? = nil) throws -> Report {
+    public static func run(dataDirectory path: String, batchSize: Int = Rekey.batchSize,
+                           stopAfterBatches: Int? = nil) throws -> Report {
         let directory = try DataDirectory(path: path)
         let newKeyPath = directory.keyPath + ".new"
         let resumed = access(newKeyPath, F_OK) == 0
@@ -75,7 +77,7 @@ public enum Rekey {
                 let rows = try database.statement("""
                     SELECT seq, id, sealed_payload, sealed_subject FROM messages
                     WHERE key_id IS NULL OR key_id != ? ORDER BY seq LIMIT ?
-                    """).rows([.blob(newID), .integer(Int64(batchSize))]) { row in
+                    """).rows([.blob(newID), .integer(Int64(max(batchSize, 1)))]) { row in
                     (row.int64(0), row.text(1) ?? "", row.blob(2), row.blob(3))
                 }
                 for (seq, id, payload, subject) in rows {
@@ -93,7 +95,7 @@ public enum Rekey {
             }
             resealed += count
             batches += 1
-            if count < batchSize { break }
+            if count < max(batchSize, 1) { break }
         }
         try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         guard rename(newKeyPath, directory.keyPath) == 0 else { throw Failure.io(errno: errno) }

@@ -1,0 +1,399 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// Issue 5: who may talk to Jotter, and what never leaks.
+@Suite struct HostAndOriginTests {
+    private func post(_ server: TestServer, headers: [(String, String)]) throws -> RawHTTP.Response {
+        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")] + headers,
+                           body: Array("a memo".utf8))
+    }
+
+    @Test func refusesEveryForeignHostForm() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) { $0.allowedHosts = ["jotter.test"] }
+        defer { server.stop() }
+        let port = server.port
+        for host in ["evil.example:\(port)", "", ":\(port)", "localhost.evil.com:\(port)", "127.0.0.1:1",
+                     "localhost", "127.0.0.1.evil.com:\(port)", "[::2]:\(port)", "localhost:\(port)x",
+                     "jotter.test.evil:\(port)", "0x7f000001:\(port)"] {
+            let response = try post(server, headers: [("Host", host)])
+            #expect(response.status == 403, "Host: \(host)")
+            #expect(response.errorCode == "forbidden_host", "Host: \(host)")
+        }
+        #expect(try server.outbox.counts().values.reduce(0, +) == 0)
+        for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST:\(port)", "[::1]:\(port)",
+                     "127.0.0.2:\(port)", "jotter.test:\(port)", "localhost.:\(port)"] {
+            #expect(try post(server, headers: [("Host", host)]).status == 204, "Host: \(host)")
+        }
+    }
+
+    @Test func refusesMissingAndDuplicateHost() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let noHost = try server.raw("POST /send HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx")
+        #expect(noHost.status == 400)
+        let twoHosts = try server.raw("POST /send HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\n"
+            + "Host: evil.example\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx")
+        #expect(twoHosts.status == 400)
+    }
+
+    @Test func refusesCrossOriginWritesAndHistoryReads() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let own = "http://127.0.0.1:\(server.port)"
+        let refused: [[(String, String)]] = [
+            [("Sec-Fetch-Site", "cross-site")], [("Sec-Fetch-Site", "same-site")], [("Origin", "null")],
+            [("Origin", "http://evil.example")], [("Origin", "http://127.0.0.1:\(server.port + 1)")],
+            [("Origin", "https://127.0.0.1:\(server.port)")], [("Origin", own + ".evil.com")],
+            [("Origin", own), ("Origin", "http://evil.example")],
+            [("Origin", own), ("Sec-Fetch-Site", "cross-site")],
+        ]
+        for headers in refused {
+            let response = try post(server, headers: headers)
+            #expect(response.status == 403, "\(headers)")
+            #expect(response.errorCode == "cross_origin", "\(headers)")
+            for path in ["/history", "/history/00000000-0000-0000-0000-000000000000", "/rating"] {
+                #expect(try server.request("GET", path, headers: headers).status == 403, "\(path) \(headers)")
+            }
+        }
+        #expect(try server.outbox.counts().values.reduce(0, +) == 0, "a refused post stores nothing")
+        #expect(try post(server, headers: [("Origin", own), ("Sec-Fetch-Site", "same-origin")]).status == 204)
+        #expect(try post(server, headers: []).status == 204, "curl sends neither header")
+        #expect(try server.request("GET", "/history", headers: [("Sec-Fetch-Site", "same-origin")]).status == 200)
+        // The page itself may be opened from anywhere (a link), it changes nothing.
+        #expect(try server.request("GET", "/", headers: [("Sec-Fetch-Site", "cross-site")]).status == 200)
+    }
+
+    @Test func neverSendsCORSHeadersAndForbidsFraming() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let responses = [
+            try server.request("GET", "/"), try server.request("OPTIONS", "/send", headers: [
+                ("Origin", "http://evil.example"), ("Access-Control-Request-Method", "POST")]),
+            try post(server, headers: [("Origin", "http://evil.example")]), try post(server, headers: []),
+            try server.request("GET", "/history"), try server.request("GET", "/nowhere"),
+        ]
+        for response in responses {
+            #expect(!response.headers.contains { $0.name.lowercased().hasPrefix("access-control-") })
+            #expect(response.header("Content-Security-Policy")?.contains("frame-ancestors 'none'") == true)
+        }
+    }
+}
+
+@Suite struct RateLimitTests {
+    @Test func postingBeyondTheLimitIs429AndKeepsWhatWasAccepted() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.rateLimit = RateLimiter.Limits(burst: 3, perSecond: 0.01)
+        }
+        defer { server.stop() }
+        var ids: [String] = []
+        for index in 0..<3 {
+            let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                              body: Array("memo \(index)".utf8))
+            #expect(response.status == 204)
+            ids += response.header("X-Message-Id").map { [$0] } ?? []
+        }
+        let limited = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                         body: Array("one too many".utf8))
+        #expect(limited.status == 429)
+        #expect(limited.errorCode == "rate_limited")
+        #expect(Int(limited.header("Retry-After") ?? "") ?? 0 >= 1)
+        #expect(server.waitUntil { server.deliveredFiles().count == 3 })
+        for id in ids { #expect(try server.outbox.record(id: id)?.status == .sent) }
+    }
+
+    @Test func tokenBucketRefills() {
+        let clock = ManualClock()
+        let limiter = RateLimiter(limits: .init(burst: 2, perSecond: 1), clock: clock)
+        #expect(limiter.retryAfter(client: "a") == nil)
+        #expect(limiter.retryAfter(client: "a") == nil)
+        #expect(limiter.retryAfter(client: "a") == 1)
+        #expect(limiter.retryAfter(client: "b") == nil, "clients are limited separately")
+        clock.advance(milliseconds: 1000)
+        #expect(limiter.retryAfter(client: "a") == nil)
+    }
+}
+
+@Suite struct LANModeTests {
+    /// LAN mode over plain HTTP on loopback, with loopback not trusted, so every check is exercised.
+    private func lanServer(_ directory: TemporaryDirectory, clock: any WallClock = SystemClock()) throws -> TestServer {
+        try TestServer(dataDirectory: directory.file("data"), clock: clock) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.lanTrustsLoopback = false
+            $0.http.host = "127.0.0.1"
+        }
+    }
+
+    private func send(_ server: TestServer, token: String?) throws -> RawHTTP.Response {
+        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")]
+            + (token.map { [("Authorization", "Bearer \($0)")] } ?? []), body: Array("from the phone".utf8))
+    }
+
+    private func pair(_ server: TestServer, _ token: String) throws -> RawHTTP.Response {
+        try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
+                           body: Array("{\"pairing_token\":\"\(token)\",\"name\":\"phone\"}".utf8))
+    }
+
+    @Test func pairingThenTokenRequiredForEverythingButThePage() throws {
+        let directory = TemporaryDirectory()
+        let server = try lanServer(directory)
+        defer { server.stop() }
+        let pairing = try #require(server.application.lanInfo?.pairingToken)
+        #expect(try server.request("GET", "/").status == 200)
+        #expect(try server.request("GET", "/manifest.webmanifest").status != 401)
+        #expect(try send(server, token: nil).status == 401)
+        #expect(try send(server, token: "wrong").status == 401)
+        #expect(try server.request("GET", "/history").status == 401)
+        #expect(try server.request("GET", "/healthz").status == 401)
+
+        let paired = try pair(server, pairing)
+        #expect(paired.status == 201)
+        let object = try #require(paired.json as? [String: Any])
+        let device = try #require(object["device_token"] as? String)
+        #expect(try send(server, token: device).status == 204)
+        #expect(try server.request("GET", "/history", headers: [("Authorization", "Bearer \(device)")]).status == 200)
+
+        #expect(try pair(server, pairing).status == 401, "a pairing token works once")
+        #expect(!server.logs.captured.contains(pairing))
+        #expect(!server.logs.captured.contains(device))
+    }
+
+    @Test func expiredPairingTokenAndRevokedDeviceAreRefused() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock(milliseconds: 1_800_000_000_000)
+        let server = try lanServer(directory, clock: clock)
+        defer { server.stop() }
+        let pairing = try #require(server.application.lanInfo?.pairingToken)
+        clock.advance(milliseconds: DeviceRegistry.pairingLifetime + 1)
+        #expect(try pair(server, pairing).status == 401, "expired after 10 minutes")
+
+        let registry = try #require(server.application.devices)
+        let fresh = try registry.issuePairingToken()
+        let device = try #require((try pair(server, fresh).json as? [String: Any])?["device_token"] as? String)
+        #expect(try send(server, token: device).status == 204)
+        let listed = try registry.list()
+        #expect(listed.count == 1)
+        #expect(try registry.revoke(id: listed[0].id))
+        #expect(try send(server, token: device).status == 401, "revoked")
+    }
+
+    @Test func repeatedFailuresAreRateLimited() throws {
+        let directory = TemporaryDirectory()
+        let server = try lanServer(directory)
+        defer { server.stop() }
+        var statuses: [Int] = []
+        for _ in 0..<12 { statuses.append(try send(server, token: "guess").status) }
+        #expect(statuses.prefix(10).allSatisfy { $0 == 401 })
+        #expect(statuses.last == 429)
+        #expect(try pair(server, "guess").status == 429, "pairing guesses count too")
+    }
+
+    @Test func servesHTTPSWithTheCertificateFromTheDataDirectory() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.http.host = "127.0.0.1"
+        }
+        defer { server.stop() }
+        let fingerprint = try #require(server.application.lanInfo?.fingerprint)
+        let script = """
+            import hashlib, ssl, sys
+            pem = ssl.get_server_certificate(('127.0.0.1', int(sys.argv[1])))
+            der = ssl.PEM_cert_to_DER_cert(pem)
+            print(':'.join('%02X' % b for b in hashlib.sha256(der).digest()))
+            """
+        let served = try Python.run(script, arguments: [String(server.port)]).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(served == fingerprint)
+        let keyMode = try FileManager.default.attributesOfItem(atPath: directory.file("data/tls/key.pem"))[.posixPermissions] as? Int
+        #expect(keyMode == 0o600)
+    }
+}
+
+@Suite struct SlowClientTests {
+    /// A client holding the per-IP maximum of connections open, dripping a byte a second, does not
+    /// stop another client from being served promptly.
+    @Test func drippingConnectionsDoNotStarveOthers() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) { $0.http.perIPConnectionLimit = 16 }
+        defer { server.stop() }
+        var sockets: [Int32] = []
+        defer { sockets.forEach { close($0) } }
+        for _ in 0..<16 {
+            let fd = try Drip.connect(port: server.port, from: "127.0.0.2")
+            Drip.write(fd, "POST /send HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\nContent-Length: 1000\r\n\r\n")
+            sockets.append(fd)
+        }
+        let stop = Drip.start(sockets)
+        defer { stop() }
+        Thread.sleep(forTimeInterval: 1.2)
+        let started = Date()
+        let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                          body: Array("still served".utf8))
+        #expect(response.status == 204)
+        #expect(Date().timeIntervalSince(started) < 2, "served promptly")
+        #expect(server.waitUntil { server.deliveredFiles().count == 1 })
+    }
+}
+
+/// Raw sockets from a chosen loopback source address, writing a byte at a time.
+enum Drip {
+    static func connect(port: Int, from source: String) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        _ = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var remote = sockaddr_in()
+        remote.sin_family = sa_family_t(AF_INET)
+        remote.sin_port = UInt16(port).bigEndian
+        remote.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &remote) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw RawHTTP.Failure(description: "connect from \(source) failed")
+        }
+        return fd
+    }
+
+    static func write(_ fd: Int32, _ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Sends one byte a second on every socket until the returned closure is called.
+    static func start(_ sockets: [Int32]) -> () -> Void {
+        let running = NSLock()
+        nonisolated(unsafe) var stopped = false
+        let thread = Thread {
+            while true {
+                let done = running.withLock { stopped }
+                if done { return }
+                for fd in sockets { write(fd, "x") }
+                Thread.sleep(forTimeInterval: 1)
+            }
+        }
+        thread.start()
+        return { running.withLock { stopped = true } }
+    }
+}
+
+@Suite struct RekeyTests {
+    /// Memos left queued (the relay refuses), re-sealed under a new key with a crash in the middle,
+    /// then delivered intact by a server on the new key; idempotency keys still recognised.
+    @Test func rekeySurvivesACrashMidwayAndEverythingStillOpens() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let failing = ControlledTransport(.fail(DeliveryFailure(.serverError, permanent: true)))
+        var bodies: [String: String] = [:]
+        let firstKey: Data
+        do {
+            let server = try TestServer(dataDirectory: data, transport: failing)
+            for index in 0..<7 {
+                let body = "memo \(index) 日本語 🔑"
+                let response = try server.request("POST", "/send", headers: [
+                    ("Content-Type", "text/plain"), ("Idempotency-Key", "key-\(index)")], body: Array(body.utf8))
+                bodies[try #require(response.header("X-Message-Id"))] = body
+            }
+            #expect(server.waitUntil { (try? server.outbox.counts()[.failed]) == 7 })
+            server.stop()
+            firstKey = try #require(FileManager.default.contents(atPath: data + "/key"))
+        }
+        // Crash after three rows: key.new exists, rows are under two keys.
+        _ = try Rekey.run(dataDirectory: data, batchSize: 3, stopAfterBatches: 1)
+        #expect(FileManager.default.fileExists(atPath: data + "/key.new"))
+        #expect(throws: Application.StartFailure.self) { _ = try TestServer(dataDirectory: data) }
+        let report = try Rekey.run(dataDirectory: data, batchSize: 3)
+        #expect(report.resumed)
+        #expect(!FileManager.default.fileExists(atPath: data + "/key.new"))
+        #expect(FileManager.default.contents(atPath: data + "/key") != firstKey)
+
+        let server = try TestServer(dataDirectory: data, relay: "maildir:" + data + "/Maildir")
+        defer { server.stop() }
+        // A new relay configuration re-queues the failed memos; all open under the new key.
+        #expect(server.waitUntil { server.deliveredFiles().count == 7 })
+        var delivered: [String: String] = [:]
+        for file in server.deliveredFiles() {
+            let parsed = try Python.parseMessage(atPath: file)
+            let id = String((parsed["message_id"] as? String ?? "").dropFirst().prefix(36))
+            delivered[id] = (parsed["body"] as? String ?? "").replacingOccurrences(of: "\r\n", with: "\n")
+        }
+        for (id, body) in bodies { #expect(delivered[id] == body + "\n") }
+        let replay = try server.request("POST", "/send", headers: [
+            ("Content-Type", "text/plain"), ("Idempotency-Key", "key-0")], body: Array("memo 0 日本語 🔑".utf8))
+        #expect(replay.status == 204)
+        #expect(bodies[replay.header("X-Message-Id") ?? ""] != nil, "the keyed hashes survived the rekey")
+    }
+}
+
+@Suite struct CanaryTests {
+    static let canary = "CANARY-7f3a9c-do-not-leak"
+
+    /// The canary rides in memo bodies through success and every failure path; it must never show up
+    /// in the logs, in /history, or in the raw bytes of the database files.
+    @Test func canaryNeverLeaks() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let transport = ControlledTransport(.fail(DeliveryFailure(.serverError, permanent: false)),
+                                            forwardingTo: try MaildirTransport(path: data + "/Maildir"))
+        let server = try TestServer(dataDirectory: data, maxBodyBytes: 4096, transport: transport) {
+            $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 200)
+        }
+        defer { server.stop() }
+        let memo = Array("first line\n\(Self.canary)".utf8)
+        let text = [("Content-Type", "text/plain")]
+        var statuses: [Int] = []
+        // Accepted (subject given explicitly, so the subject is not the canary line).
+        statuses.append(try server.request("POST", "/send", headers: [("Content-Type", "application/json"),
+            ("Idempotency-Key", "canary-1")], body: Array("{\"subject\":\"plain\",\"body\":\"x \(Self.canary)\"}".utf8)).status)
+        // Conflict on the same key with another canary payload.
+        statuses.append(try server.request("POST", "/send", headers: [("Content-Type", "application/json"),
+            ("Idempotency-Key", "canary-1")], body: Array("{\"body\":\"y \(Self.canary)\"}".utf8)).status)
+        statuses.append(try server.request("POST", "/send", headers: [("Content-Type", "text/html")], body: memo).status)
+        statuses.append(try server.request("POST", "/send", headers: [("Content-Type", "application/json")],
+                                           body: Array("{\"body\": \(Self.canary)}".utf8)).status)
+        statuses.append(try server.request("POST", "/send", headers: text,
+                                           body: memo + Array(repeating: 0x41, count: 5000)).status)
+        statuses.append(try server.request("POST", "/send", headers: text, body: memo + [0xFF, 0xFE]).status)
+        statuses.append(try server.request("POST", "/send", headers: text + [("Origin", "http://evil.example")],
+                                           body: memo).status)
+        statuses.append(try server.request("POST", "/send", headers: text + [("Host", "evil.example")], body: memo).status)
+        statuses.append(try server.request("POST", "/send?\(Self.canary)=1", headers: text, body: memo).status)
+        #expect(statuses == [204, 409, 415, 400, 413, 400, 403, 403, 204])
+
+        // While the relay fails: queued/retrying, sealed on disk.
+        #expect(server.waitUntil { transport.messages.count >= 3 })
+        try assertNoCanary(server, data: data, stage: "while retrying")
+        transport.fail(with: DeliveryFailure(.auth, permanent: true))
+        #expect(server.waitUntil { (try? server.outbox.counts()[.failed]) == 2 })
+        try assertNoCanary(server, data: data, stage: "after a permanent failure")
+        transport.release()
+        for record in try server.outbox.history(limit: 10) {
+            _ = try server.request("POST", "/history/\(record.id)/retry")
+        }
+        #expect(server.waitUntil { server.deliveredFiles().count == 2 })
+        #expect(server.waitUntil { (try? server.outbox.counts()[.sent]) == 2 })
+        try assertNoCanary(server, data: data, stage: "after delivery")
+    }
+
+    private func assertNoCanary(_ server: TestServer, data: String, stage: String) throws {
+        #expect(!server.logs.captured.contains(Self.canary), "logs \(stage)")
+        let history = try server.request("GET", "/history").text
+        #expect(!history.contains(Self.canary), "history \(stage)")
+        for name in ["jotter.db", "jotter.db-wal", "jotter.db-shm"] {
+            guard let bytes = FileManager.default.contents(atPath: data + "/" + name) else { continue }
+            #expect(bytes.range(of: Data(Self.canary.utf8)) == nil, "\(name) \(stage)")
+        }
+    }
+}
