@@ -10,7 +10,7 @@ ARGS ?=
 RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, and the benchmark tools.
-TEST_PACKAGES = python3 python3-aiosmtpd chromium
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl nginx-light wrk
 
 
 
