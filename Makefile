@@ -10,7 +10,9 @@ ARGS ?=
 RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, and the benchmark tools.
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl nginx-light wrk
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl
+# The benchmarks compare against nginx and drive load with wrk.
+BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium
 
 
 
@@ -31,6 +33,7 @@ fuzz: deps
 	Fuzz/run all $(or $(SECONDS),60)
 
 bench: deps
+	@bin/install-packages $(BENCH_PACKAGES)
 	bench/http
 
 deps:
