@@ -126,6 +126,7 @@ public final class Application: Sendable {
         rating.flush()
         devices?.close()
         outbox.close()
+        dataDirectory.unlock()
     }
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,

@@ -1,7 +1,8 @@
 import Glibc
+import Synchronization
 
 /// The data directory: created with mode 0700, locked so only one server uses it at a time.
-public final class DataDirectory: @unchecked Sendable {
+public final class DataDirectory: Sendable {
     /// Why the data directory could not be used.
     public enum Failure: Error, CustomStringConvertible, Sendable {
         case create(path: String, errno: Int32)
@@ -19,7 +20,7 @@ public final class DataDirectory: @unchecked Sendable {
 
     /// The directory's path.
     public let path: String
-    private let lockDescriptor: Int32
+    private let lockDescriptor = Mutex<Int32>(-1)
 
     /// Creates `path` (and its parents) if needed, mode 0700, and takes its lock.
     public init(path: String) throws {
@@ -32,11 +33,19 @@ public final class DataDirectory: @unchecked Sendable {
             close(fd)
             throw Failure.locked(path: path)
         }
-        lockDescriptor = fd
+        lockDescriptor.withLock { $0 = fd }
     }
 
     deinit {
-        close(lockDescriptor)
+        unlock()
+    }
+
+    /// Releases the lock (after everything using the directory has stopped), so another process may start.
+    public func unlock() {
+        lockDescriptor.withLock { fd in
+            if fd >= 0 { close(fd) }
+            fd = -1
+        }
     }
 
     /// `$DATA/jotter.db`.
