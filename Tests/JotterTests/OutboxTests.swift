@@ -34,7 +34,8 @@ private enum StoredRows {
         let database = try Database(path: path)
         defer { database.close() }
         try database.execute("PRAGMA busy_timeout = 5000")
-        try database.run("UPDATE messages SET \(column) = ? WHERE id = ?", [value.map { .blob($0) } ?? .null, .text(id)])
+        try database.run("UPDATE messages SET \(column) = ? WHERE id = ?",
+                         [value.map { .blob($0) } ?? .null, .text(id)])
         #expect(database.changes == 1)
     }
 
@@ -157,17 +158,26 @@ enum Evidence {
         let id = try await outbox.enqueue(MemoDraft(subject: "secret", body: "very secret")).id
         outbox.close()
 
-        let stranger = try fixture.open(key: SymmetricKey.random())
-        defer { stranger.close() }
-        #expect(try stranger.record(id: id)?.subject == nil)
-        let claimed = try stranger.claimDue(limit: 10, leaseMilliseconds: 60_000)
-        #expect(claimed.map(\.id) == [id])
-        #expect(claimed.first?.content == nil)
+        // Another key either cannot open the outbox at all, or opens it and can read none of its rows.
+        if let stranger = try? fixture.open(key: SymmetricKey.random()) {
+            #expect(try stranger.record(id: id)?.subject == nil)
+            let claimed = try stranger.claimDue(limit: 10, leaseMilliseconds: 60_000)
+            #expect(claimed.map(\.id) == [id])
+            #expect(claimed.first?.content == nil)
+            stranger.close()
+            return
+        }
+        let owner = try fixture.open()
+        defer { owner.close() }
+        #expect(try owner.record(id: id)?.subject == "secret", "a refused stranger changed nothing")
+        #expect(try owner.claimDue(limit: 10, leaseMilliseconds: 60_000).first?.content
+                == MemoContent(subject: "secret", body: "very secret"))
     }
 
     // MARK: Tampering
 
-    /// Offsets into `nonce ‖ ciphertext ‖ tag`: first nonce byte, first ciphertext byte, a middle byte, last tag byte.
+    /// Offsets into `nonce ‖ ciphertext ‖ tag`: first and last nonce byte, first ciphertext byte, a middle
+    /// byte, last tag byte.
     static let flipPositions: [Int] = [0, 11, 12, 20, -1]
 
     @Test(arguments: flipPositions)
@@ -241,7 +251,8 @@ enum Evidence {
         let fixture = try OutboxFixture()
         let outbox = try fixture.open()
         defer { outbox.close() }
-        let id = try await outbox.enqueue(MemoDraft(subject: "short", body: "the body must never be shown as a subject")).id
+        let draft = MemoDraft(subject: "short", body: "the body must never be shown as a subject")
+        let id = try await outbox.enqueue(draft).id
         let payload = try #require(try StoredRows.blob("sealed_payload", id: id, path: fixture.path))
         try StoredRows.setBlob("sealed_subject", id: id, to: payload, path: fixture.path)
         #expect(try outbox.record(id: id)?.subject == nil)
@@ -348,7 +359,7 @@ enum Evidence {
         #expect(try outbox.counts()[.queued] == 200)
         #expect(try StoredRows.count(path: fixture.path) == 200)
         #expect(batches.count >= 1)
-        #expect(batches.count < 200, "group commit: \(batches.count) transactions for 200 memos")
+        #expect(batches.count < 100, "group commit: \(batches.count) transactions for 200 memos")
     }
 
     @Test func everyAnswerComesAfterItsRowIsCommitted() async throws {
@@ -601,7 +612,9 @@ enum Evidence {
 
     @Test func keysMustBe32Bytes() {
         for count in [0, 16, 31, 33] {
-            #expect(throws: CryptoError.invalidKeyLength) { try SymmetricKey(bytes: [UInt8](repeating: 1, count: count)) }
+            #expect(throws: CryptoError.invalidKeyLength) {
+                try SymmetricKey(bytes: [UInt8](repeating: 1, count: count))
+            }
         }
     }
 }

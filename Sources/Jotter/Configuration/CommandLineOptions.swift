@@ -33,6 +33,14 @@ public enum CommandLineOptions {
                                      re-seal every stored memo under a new key (server stopped;
                                      safe to interrupt: run it again to finish)
 
+        Main options of serve (see jotter serve --help for all of them):
+          --host HOST          interface to listen on (default 127.0.0.1)
+          --port PORT          port, 0 picks a free one (default 7373)
+          --data-dir PATH      database, key and default Maildir (default ~/.local/share/jotter)
+          --relay URL          where memos go: maildir:PATH (default), smtp://, smtps://,
+                               resend://, sendmail:, markdown:PATH
+          --lan                let a phone on your network send (HTTPS + pairing)
+
         Then open http://127.0.0.1:7373 or run: curl -d "buy milk" 127.0.0.1:7373
         """
 

@@ -235,6 +235,8 @@ final class RequestContext: @unchecked Sendable {
     var body: [UInt8] = []
     var dispatched = false
     var queued = false
+    /// Body bytes dropped because the body outgrew the cap.
+    var discarded = 0
     var status = 0
     var route: String?
     var messageID: String?
@@ -289,9 +291,12 @@ extension HTTPServer {
             let count = uploadSize.pointee
             uploadSize.pointee = 0
             if context.queued { return .YES }
-            guard context.body.count + count <= configuration.maxBodyBytes else {
+            if context.discarded > 0 || context.body.count + count > configuration.maxBodyBytes {
+                // libmicrohttpd cannot answer while a body is still arriving: drop it and answer 413 at
+                // the end; a client that keeps sending far past the cap is cut off.
                 context.body = []
-                return queue(Self.tooLarge(configuration.maxBodyBytes), context)
+                context.discarded += count
+                return context.discarded > 4 * configuration.maxBodyBytes + 1_048_576 ? .NO : .YES
             }
             if let uploadData {
                 context.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: count))
@@ -299,6 +304,9 @@ extension HTTPServer {
             return .YES
         }
         if context.queued { return .YES }
+        if context.discarded > 0 {
+            return queue(Self.tooLarge(configuration.maxBodyBytes), context)
+        }
         if !context.dispatched {
             context.dispatched = true
             var address = [CChar](repeating: 0, count: 64)
@@ -325,18 +333,19 @@ extension HTTPServer {
     /// Requests libmicrohttpd 0.9.75 accepts but whose meaning is ambiguous (request smuggling).
     private func framingRefusal(_ headers: HTTPHeaders) -> HTTPResponse? {
         if headers.values("Host").count != 1 {
-            return .error(400, code: "bad_request", message: "A request needs exactly one Host header.")
+            return Router.finish(.error(400, code: "bad_request", message: "A request needs exactly one Host header."))
         }
         let lengths = headers.values("Content-Length")
         if lengths.count > 1 {
-            return .error(400, code: "bad_request", message: "More than one Content-Length header.")
+            return Router.finish(.error(400, code: "bad_request", message: "More than one Content-Length header."))
         }
         if !lengths.isEmpty && !headers.values("Transfer-Encoding").isEmpty {
-            return .error(400, code: "bad_request", message: "Content-Length together with Transfer-Encoding.")
+            return Router.finish(.error(400, code: "bad_request",
+                                        message: "Content-Length together with Transfer-Encoding."))
         }
         if let length = lengths.first {
             guard let value = Int(length.trimmingASCIISpaces()), value >= 0 else {
-                return .error(400, code: "bad_request", message: "Content-Length is not a number.")
+                return Router.finish(.error(400, code: "bad_request", message: "Content-Length is not a number."))
             }
             if value > configuration.maxBodyBytes {
                 return Self.tooLarge(configuration.maxBodyBytes)
@@ -346,7 +355,7 @@ extension HTTPServer {
     }
 
     static func tooLarge(_ limit: Int) -> HTTPResponse {
-        .error(413, code: "too_large", message: "The memo is larger than the server accepts (\(limit) bytes).")
+        Router.finish(.error(413, code: "too_large", message: "The memo is larger than the server accepts (\(limit) bytes)."))
     }
 
     private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {

@@ -16,7 +16,10 @@ public struct Router: Sendable {
 
     private var routes: [Route] = []
     /// The Content-Security-Policy for responses that are not the page (which sets its own).
-    public var defaultContentSecurityPolicy = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    public static let defaultContentSecurityPolicy =
+        "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    /// The policy this router applies.
+    public var defaultContentSecurityPolicy = Router.defaultContentSecurityPolicy
 
     /// An empty router.
     public init() {}
@@ -74,6 +77,11 @@ public struct Router: Sendable {
     /// `response` with the headers every response carries (for answers given before routing).
     public func finish(_ response: HTTPResponse) -> HTTPResponse {
         Self.finish(response, policy: defaultContentSecurityPolicy)
+    }
+
+    /// `response` with the common headers and the default policy (for answers the HTTP layer gives itself).
+    static func finish(_ response: HTTPResponse) -> HTTPResponse {
+        finish(response, policy: defaultContentSecurityPolicy)
     }
 
     /// `no-store` (a memo must never sit in a cache), `nosniff`, `no-referrer`, a CSP, and no cookie ever.

@@ -12,6 +12,19 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: `writer` is used only on `writerQueue`, `reader` only while holding `readerLock`.
 public final class Outbox: @unchecked Sendable {
+    /// Why the outbox could not be opened.
+    public enum OpenError: Error, CustomStringConvertible, Sendable {
+        case wrongKey(databasePath: String)
+
+        public var description: String {
+            switch self {
+            case .wrongKey(let path):
+                return "the key does not open \(path): it was sealed with another key file (restore the key that "
+                    + "belongs to this database)"
+            }
+        }
+    }
+
     /// What happened to an enqueued memo.
     public enum EnqueueOutcome: Sendable, Equatable {
         /// Stored under a new id.
@@ -75,8 +88,10 @@ public final class Outbox: @unchecked Sendable {
         let stored = try database.statement("SELECT value FROM settings WHERE name = 'hashing_secret'")
             .firstRow { $0.blob(0) } ?? nil
         if let stored {
-            let secret = try AESGCM.open(AESGCM.SealedBox(combined: stored), using: sealingKey,
-                                         authenticating: associatedData)
+            guard let secret = try? AESGCM.open(AESGCM.SealedBox(combined: stored), using: sealingKey,
+                                                authenticating: associatedData) else {
+                throw OpenError.wrongKey(databasePath: database.path)
+            }
             return try SymmetricKey(bytes: secret)
         }
         let secret = try SymmetricKey.random()
