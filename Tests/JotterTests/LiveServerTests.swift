@@ -266,6 +266,26 @@ import Testing
         Self.expectNoLeak(server, [canary])
     }
 
+    /// The no-JavaScript form always sends `subject=`; a blank subject means "derive one", and an empty
+    /// memo sends the person back to the page instead of showing a JSON error.
+    @Test func plainFormWithBlankSubjectAndEmptyMemo() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let navigate = [("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Site", "same-origin"),
+                        ("Accept", "text/html,application/xhtml+xml")]
+        let sent = try Self.post(server, "/", type: Self.formType, "subject=+&body=first+line%0Asecond", headers: navigate)
+        #expect(sent.status == 303)
+        let id = try #require(sent.header("X-Message-Id"))
+        Self.expectDelivered(try Self.deliveredMessage(server, id: id), subject: "first line",
+                             body: "first line\nsecond", id: id)
+        let empty = try Self.post(server, "/", type: Self.formType, "subject=&body=", headers: navigate)
+        #expect(empty.status == 303)
+        #expect(empty.header("Location") == "/")
+        #expect(empty.header("X-Message-Id") == nil)
+        #expect(try server.outbox.counts().values.reduce(0, +) == 1, "nothing stored for the empty memo")
+    }
+
     @Test func fetchFromThePageGets204NotARedirect() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

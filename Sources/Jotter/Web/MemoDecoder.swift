@@ -61,7 +61,9 @@ public enum MemoDecoder {
         default:
             throw .unsupportedMediaType
         }
-        let normalized = Memo(subject: memo.subject.map(normalizeLineBreaks), body: normalizeLineBreaks(memo.body))
+        // A blank subject is no subject: the plain form always sends `subject=`.
+        let subject = memo.subject.flatMap { isBlank($0) ? nil : normalizeLineBreaks($0) }
+        let normalized = Memo(subject: subject, body: normalizeLineBreaks(memo.body))
         if isBlank(normalized.body) && isBlank(normalized.subject ?? "") {
             throw .empty
         }

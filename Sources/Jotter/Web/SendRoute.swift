@@ -24,7 +24,12 @@ struct SendRoute: Sendable {
         do {
             memo = try MemoDecoder.decode(contentType: request.headers["Content-Type"], body: request.body)
         } catch {
-            respond(error.response)
+            // A person who pressed Send on an empty page without JavaScript gets the page back, not JSON.
+            if error == .empty && Self.isFormNavigation(request) {
+                respond(HTTPResponse(status: 303, headers: ["Location": "/"]))
+            } else {
+                respond(error.response)
+            }
             return
         }
         let keys = request.headers.values("Idempotency-Key")
