@@ -10,7 +10,7 @@ ARGS ?=
 RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, and the benchmark tools.
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild
 # The benchmarks compare against nginx and drive load with wrk.
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium
 
@@ -26,6 +26,7 @@ build: deps
 
 # The fuzz check first, so the test runner's summary is the last thing printed.
 test: deps test-deps
+	python3 Public/src/build.py --check
 	Fuzz/run --check
 	$(SWIFT) test
 
