@@ -52,6 +52,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     private var probing = false
     private var lastProbe: Int64 = 0
     private let random = Mutex(SystemRandomNumberGenerator())
+    private let wakePending = Atomic<Bool>(false)
 
     /// A worker for `outbox` delivering through `transport`.
     public init(outbox: Outbox, transport: any Transport, configuration: Configuration = Configuration(),
@@ -81,7 +82,12 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// Something may be due: look now.
     public func wake() {
-        control.async { self.pump() }
+        // Many enqueues wake the worker at once: one pending pump serves them all.
+        guard !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        control.async {
+            self.wakePending.store(false, ordering: .releasing)
+            self.pump()
+        }
     }
 
     /// Stops claiming and waits up to `timeout` seconds for sends in flight (an unfinished one is

@@ -258,10 +258,15 @@ public final class Outbox: @unchecked Sendable {
             try database.statement("""
                 UPDATE messages SET status = 'sending', attempts = attempts + 1, lease_until = ?1
                 WHERE seq IN (
-                    SELECT seq FROM messages
-                    WHERE (status IN ('queued', 'retrying') AND next_attempt_at <= ?2)
-                       OR (status = 'sending' AND lease_until <= ?2)
-                    ORDER BY next_attempt_at, seq LIMIT ?3)
+                    SELECT seq FROM (
+                        SELECT seq, next_attempt_at AS due FROM messages INDEXED BY messages_waiting
+                        WHERE status IN ('queued', 'retrying') AND next_attempt_at <= ?2
+                        ORDER BY next_attempt_at, seq LIMIT ?3)
+                    UNION ALL
+                    SELECT seq FROM (
+                        SELECT seq FROM messages INDEXED BY messages_in_flight
+                        WHERE status = 'sending' AND lease_until <= ?2 LIMIT ?3)
+                    LIMIT ?3)
                 RETURNING id, created_at, attempts, sealed_payload, backoff_step
                 """).rows([.integer(now + leaseMilliseconds), .integer(now), .integer(Int64(limit))]) { row in
                 (row.text(0) ?? "", row.int64(1), Int(row.int64(2)), row.blob(3), Int(row.int64(4)))
@@ -381,13 +386,17 @@ public final class Outbox: @unchecked Sendable {
         }
     }
 
-    /// When the earliest scheduled attempt is due, or nil if nothing waits.
+    /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
     public func nextDueAt() throws -> Int64? {
         try read { database in
-            try database.statement("""
-                SELECT MIN(CASE WHEN status = 'sending' THEN lease_until ELSE next_attempt_at END)
-                FROM messages WHERE status IN ('queued', 'retrying', 'sending')
+            let waiting = try database.statement("""
+                SELECT MIN(next_attempt_at) FROM messages INDEXED BY messages_waiting
+                WHERE status IN ('queued', 'retrying')
                 """).firstRow { $0.optionalInt64(0) } ?? nil
+            let leases = try database.statement("""
+                SELECT MIN(lease_until) FROM messages INDEXED BY messages_in_flight WHERE status = 'sending'
+                """).firstRow { $0.optionalInt64(0) } ?? nil
+            return [waiting, leases].compactMap { $0 }.min()
         }
     }
 

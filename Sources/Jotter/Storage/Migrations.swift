@@ -37,6 +37,13 @@ enum Migrations {
         """
         ALTER TABLE messages ADD COLUMN key_id BLOB;
         """,
+        // The worker's two questions, answered from small partial indexes instead of a scan: what is
+        // due (waiting memos by due time) and which leases have run out (memos in flight).
+        """
+        DROP INDEX messages_due;
+        CREATE INDEX messages_waiting ON messages(next_attempt_at, seq) WHERE status IN ('queued', 'retrying');
+        CREATE INDEX messages_in_flight ON messages(lease_until) WHERE status = 'sending';
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.
