@@ -38,6 +38,7 @@ case .serve(let configuration):
         application = try Application(configuration: configuration,
                                       credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
     } catch {
+        LogSink.standardError.flush()
         FileHandle.standardError.write(Data("jotter: cannot start: \(error)\n".utf8))
         exit(1)
     }
@@ -54,6 +55,7 @@ case .serve(let configuration):
         let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
         source.setEventHandler {
             application.stop()
+            LogSink.standardError.flush()
             exit(0)
         }
         source.resume()
