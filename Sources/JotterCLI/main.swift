@@ -49,6 +49,7 @@ case .serve(let configuration):
         print(LANBanner.text(lan))
     }
     fflush(nil)  // all streams: scripts wait for this line
+    signal(SIGPIPE, SIG_IGN)  // a peer that hangs up is an error to handle, not a reason to exit
     var sources: [any DispatchSourceSignal] = []
     for signalNumber in [SIGINT, SIGTERM] {
         signal(signalNumber, SIG_IGN)

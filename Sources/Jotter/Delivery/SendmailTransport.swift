@@ -12,7 +12,13 @@ public struct SendmailTransport: Transport {
         self.path = path
     }
 
+    /// A write into a pipe whose reader has gone must be an error (EPIPE), not the end of the process.
+    private static let ignoreBrokenPipes: Void = {
+        signal(SIGPIPE, SIG_IGN)
+    }()
+
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        _ = Self.ignoreBrokenPipes
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw DeliveryFailure(.configuration, permanent: true)
         }
@@ -32,13 +38,13 @@ public struct SendmailTransport: Transport {
         }
         do {
             try process.run()
-            try input.fileHandleForWriting.write(contentsOf: local)
-            try input.fileHandleForWriting.close()
         } catch {
-            process.terminate()
-            process.waitUntilExit()
-            throw DeliveryFailure(.io, permanent: false)
+            throw DeliveryFailure(.configuration, permanent: true)
         }
+        // If sendmail exits without reading everything (it refused the message), the write fails with
+        // EPIPE: its exit status, not the broken pipe, says what happened.
+        try? input.fileHandleForWriting.write(contentsOf: local)
+        try? input.fileHandleForWriting.close()
         process.waitUntilExit()
         if process.terminationReason == .uncaughtSignal {
             throw DeliveryFailure(.io, permanent: false)

@@ -94,8 +94,26 @@ public final class EasyHandle {
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, me)
         _ = jotter_curl_setopt_header_function(handle, jotterCurlHeader)
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
-        let code = curl_easy_perform(handle)
+        var code = curl_easy_perform(handle)
+        if code != CURLE_OK && isStaleConnectionFailure(code) {
+            // The server closed an idle pooled connection (common with TLS servers whose idle timeout
+            // is shorter than libcurl's reuse limit). Nothing reached it: try once on a fresh connection.
+            _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1)
+            responseBody = []
+            responseHeaders = []
+            uploadOffset = 0
+            code = curl_easy_perform(handle)
+            _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0)
+        }
         guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
+    }
+
+    /// A send/receive failure on a reused connection before any reply arrived.
+    private func isStaleConnectionFailure(_ code: CURLcode) -> Bool {
+        guard [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING].contains(code) else { return false }
+        var connects = 0
+        _ = jotter_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
+        return connects == 0 && responseCode == 0
     }
 
     /// The last response's status (HTTP) or reply code (SMTP); 0 if none was received.

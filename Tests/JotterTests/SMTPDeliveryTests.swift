@@ -1,0 +1,403 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// Real SMTP delivery: Jotter (started whole, in-process) delivers through libcurl to a real SMTP
+/// server (Debian's aiosmtpd, `Tests/Fixtures/smtp_server.py`) in plain, STARTTLS and implicit-TLS
+/// modes, with certificates made at test time; Python's `email` package reads what arrived.
+@Suite struct SMTPDeliveryTests {
+    /// A test's SMTP server, certificates and Jotter, all in one temporary directory.
+    private struct Fixture {
+        let directory = TemporaryDirectory()
+        let certificates: TestCertificates?
+        let smtp: SMTPServer
+
+        init(mode: SMTPServer.Mode, auth: (user: String, password: String)? = nil,
+             delayMilliseconds: Int = 0) throws {
+            certificates = mode == .plain ? nil : try TestCertificates.make(in: directory.file("certs"))
+            smtp = try SMTPServer(mode: mode, directory: directory.file("smtp"), certificates: certificates,
+                                  auth: auth, delayMilliseconds: delayMilliseconds)
+        }
+
+        /// The relay URL for this server's mode: `tls=none` for plain, the test CA for TLS.
+        func relay(userInfo: String? = nil, caFile: String? = nil, requireTLS: Bool = false) -> String {
+            let user = userInfo.map { $0 + "@" } ?? ""
+            let envelope = "from=J%C3%B6tter%20%3Cjotter@example.com%3E&to=me@example.com"
+            switch smtp.mode {
+            case .plain:
+                let tls = requireTLS ? "" : "tls=none&"
+                return "smtp://\(user)127.0.0.1:\(smtp.port)?\(tls)\(envelope)"
+            case .starttls:
+                return "smtp://\(user)127.0.0.1:\(smtp.port)?ca=\(caFile ?? certificates!.caFile)&\(envelope)"
+            case .tls:
+                return "smtps://\(user)127.0.0.1:\(smtp.port)?ca=\(caFile ?? certificates!.caFile)&\(envelope)"
+            }
+        }
+
+        func jotter(relay: String, slots: Int = 2) throws -> TestServer {
+            try TestServer(dataDirectory: directory.file("data"), relay: relay) { configuration in
+                configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
+                configuration.delivery.offlineProbeMilliseconds = 200
+                configuration.delivery.slots = slots
+            }
+        }
+
+        func stop() {
+            smtp.stop()
+        }
+    }
+
+    private static func messageID(_ id: String) -> String { "<\(id)@example.com>" }
+
+    // MARK: Every mode delivers every memo exactly once, exactly
+
+    @Test(arguments: SMTPServer.Mode.allCases)
+    func eachMemoArrivesOnceAndReadsBackExactly(mode: SMTPServer.Mode) throws {
+        let fixture = try Fixture(mode: mode)
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay(userInfo: mode == .plain ? "user" : nil))
+        defer { server.stop() }
+
+        let memos = DeliveryKit.hardMemos
+        var ids: [String] = []
+        for memo in memos {
+            ids.append(try DeliveryKit.send(server, subject: memo.subject, body: memo.body))
+        }
+        for id in ids {
+            let entry = try DeliveryKit.settle(server, id, timeout: 20)
+            #expect(entry.status == "sent", "\(entry) — \(fixture.smtp.standardError)")
+        }
+
+        let received = fixture.smtp.received
+        #expect(received.count == memos.count, "each memo exactly once")
+        let readBack = try DeliveryKit.parseAll(received.map(\.path))
+        for (memo, id) in zip(memos, ids) {
+            let copies = zip(received, readBack).filter { $0.1.messageID == Self.messageID(id) }
+            try #require(copies.count == 1, "memo \(memo.subject): \(copies.count) copies")
+            let (message, parsed) = copies[0]
+            #expect(parsed.subject == memo.subject)
+            #expect(DeliveryKit.sameText(parsed.body, memo.body), "body of \(memo.subject) differs")
+            #expect(parsed.defects.isEmpty, "\(parsed.defects)")
+            #expect(parsed.from == "Jötter <jotter@example.com>")
+            #expect(parsed.to == "me@example.com")
+            #expect(message.mailFrom == "jotter@example.com")
+            #expect(message.recipients == ["me@example.com"])
+            #expect(message.tls == (mode != .plain), "mode \(mode)")
+        }
+        // The dot lines went through SMTP as they are (dot-stuffed by libcurl, unstuffed by the server).
+        let dots = try #require(received.first { String(decoding: $0.bytes, as: UTF8.self).contains("end of dots") })
+        #expect(String(decoding: dots.bytes, as: UTF8.self).contains("\r\n.\r\n..\r\n.hidden line\r\n...\r\n"))
+        let mails = fixture.smtp.events.filter { $0.hasPrefix("MAIL") }
+        #expect(mails.count == memos.count)
+        if mode != .plain {
+            #expect(mails.allSatisfy { $0 == "MAIL tls=1" }, "nothing in clear: \(mails)")
+        }
+        let logs = server.logs.captured
+        for memo in memos {
+            #expect(!logs.contains(memo.subject), "a subject reached the log")
+        }
+    }
+
+    // MARK: Transient and permanent refusals
+
+    @Test(arguments: [SMTPServer.Stage.rcpt, .data])
+    func aTemporaryRefusalIsRetriedWithTheSameMessageID(stage: SMTPServer.Stage) throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(stage, reply: "451 4.3.0 Mailbox busy, try again later", count: 1)
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, subject: "retry me", body: "once, and only once")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "sent", "\(entry)")
+        #expect(entry.attempts == 2)
+        #expect(fixture.smtp.events.filter { $0.hasSuffix("refused 451") }.count == 1)
+        let received = fixture.smtp.received
+        try #require(received.count == 1, "exactly one message")
+        let delivered = try DeliveryKit.parse(atPath: received[0].path)
+        #expect(delivered.messageID == Self.messageID(id))
+        #expect(delivered.subject == "retry me")
+        if stage == .data {
+            // The refused attempt's bytes reached the server: it carried the very same Message-ID.
+            let refused = fixture.smtp.rejected
+            try #require(refused.count == 1)
+            #expect(try DeliveryKit.parse(atPath: refused[0]).messageID == delivered.messageID)
+        }
+        #expect(server.logs.captured.contains("error.kind=server_error"))
+    }
+
+    @Test(arguments: [SMTPServer.Stage.rcpt, .data])
+    func aPermanentRefusalFailsKeepsTheMemoAndRetryOnRequestDeliversOnce(stage: SMTPServer.Stage) throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(stage, reply: "554 5.7.1 Message refused: example refusal text")
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, subject: "refused", body: "a memo the server refuses")
+        let failed = try DeliveryKit.settle(server, id)
+        #expect(failed.status == "failed", "\(failed)")
+        #expect(failed.lastError == "rejected")
+        #expect(failed.attempts == 1)
+        // Permanent: not retried on its own, and kept (not deleted).
+        usleep(400_000)
+        let later = try DeliveryKit.entry(server, id)
+        #expect(later.status == "failed" && later.attempts == 1, "\(later)")
+        #expect(later.subject == "refused")
+        #expect(fixture.smtp.received.isEmpty)
+        #expect(!server.logs.captured.contains("example refusal text"), "server text reached the log")
+        #expect(!later.raw.contains("example refusal text"), "server text reached /history")
+
+        try fixture.smtp.acceptAll()
+        let retry = try server.request("POST", "/history/\(id)/retry")
+        #expect(retry.status == 202, "\(retry.text)")
+        let requeued = try DeliveryKit.entry(from: retry)
+        #expect(["queued", "sending", "sent"].contains(requeued.status), "\(requeued)")
+        #expect(requeued.lastError == nil)
+
+        let sent = try DeliveryKit.settle(server, id)
+        #expect(sent.status == "sent", "\(sent)")
+        #expect(sent.attempts == 2)
+        let received = fixture.smtp.received
+        try #require(received.count == 1, "exactly one delivery")
+        #expect(try DeliveryKit.parse(atPath: received[0].path).messageID == Self.messageID(id))
+
+        // A sent memo cannot be retried, an unknown one is not found; neither sends anything.
+        #expect(try server.request("POST", "/history/\(id)/retry").status == 409)
+        #expect(try server.request("POST", "/history/00000000-0000-4000-8000-000000000000/retry").status == 404)
+        usleep(200_000)
+        #expect(fixture.smtp.received.count == 1)
+    }
+
+    // MARK: Connection reuse
+
+    @Test func aPlainConnectionTheServerClosedWhileIdleIsNotReused() throws {
+        try checkIdleConnectionIsNotReused(mode: .plain)
+    }
+
+    @Test(arguments: [SMTPServer.Mode.starttls, .tls])
+    func aTLSConnectionTheServerClosedWhileIdleIsNotReused(mode: SMTPServer.Mode) throws {
+        try checkIdleConnectionIsNotReused(mode: mode)
+    }
+
+    /// Two memos a second apart, to a server that hangs up on connections idle for half a second:
+    /// each must go through on its first attempt.
+    private func checkIdleConnectionIsNotReused(mode: SMTPServer.Mode) throws {
+        let directory = TemporaryDirectory()
+        let certificates = mode == .plain ? nil : try TestCertificates.make(in: directory.file("certs"))
+        let smtp = try SMTPServer(mode: mode, directory: directory.file("smtp"), certificates: certificates,
+                                  idleTimeoutSeconds: 0.5)
+        defer { smtp.stop() }
+        let envelope = "from=jotter@example.com&to=me@example.com"
+        let relay = switch mode {
+        case .plain: "smtp://127.0.0.1:\(smtp.port)?tls=none&\(envelope)"
+        case .starttls: "smtp://127.0.0.1:\(smtp.port)?ca=\(certificates!.caFile)&\(envelope)"
+        case .tls: "smtps://127.0.0.1:\(smtp.port)?ca=\(certificates!.caFile)&\(envelope)"
+        }
+        let server = try TestServer(dataDirectory: directory.file("data"), relay: relay) { configuration in
+            configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
+            configuration.delivery.slots = 1
+        }
+        defer { server.stop() }
+
+        let first = try DeliveryKit.send(server, body: "first")
+        #expect(try DeliveryKit.settle(server, first).attempts == 1)
+        usleep(1_000_000)  // the server hangs up on the idle connection Jotter keeps for reuse
+        let second = try DeliveryKit.send(server, body: "second")
+        let entry = try DeliveryKit.settle(server, second)
+        #expect(entry.status == "sent", "\(entry)")
+        #expect(entry.attempts == 1, "\(entry)")
+        #expect(!server.logs.captured.contains("delivery failed"))
+        #expect(smtp.received.count == 2)
+    }
+
+    // MARK: TLS is never optional unless the URL says so (and then only on loopback)
+
+    @Test func smtpWithoutTLSNoneRefusesAServerThatDoesNotOfferSTARTTLS() throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay(requireTLS: true))
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, subject: "secret plans", body: "must never cross the wire in clear")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "failed", "\(entry)")
+        #expect(entry.lastError == "tls")
+        usleep(300_000)
+        #expect(try DeliveryKit.entry(server, id).attempts == 1, "a TLS failure is permanent")
+        #expect(fixture.smtp.events.filter { $0.hasPrefix("MAIL") }.isEmpty, "no MAIL FROM in clear")
+        #expect(fixture.smtp.received.isEmpty)
+    }
+
+    @Test(arguments: [SMTPServer.Mode.starttls, .tls])
+    func aCertificateFromAnotherCAIsRefused(mode: SMTPServer.Mode) throws {
+        let fixture = try Fixture(mode: mode)
+        defer { fixture.stop() }
+        let stranger = try TestCertificates.make(in: fixture.directory.file("other-ca"))
+        let server = try fixture.jotter(relay: fixture.relay(caFile: stranger.caFile))
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, body: "only for a verified server")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "failed", "\(entry)")
+        #expect(entry.lastError == "tls")
+        #expect(fixture.smtp.events.filter { $0.hasPrefix("MAIL") }.isEmpty)
+        #expect(fixture.smtp.received.isEmpty)
+    }
+
+    // MARK: Credentials
+
+    @Test(arguments: [SMTPServer.Mode.starttls, .tls])
+    func authenticatesOverTLSAndTheSecretStaysOutOfLogsAndHistory(mode: SMTPServer.Mode) throws {
+        let password = "Pw-S3cr3t:tango@42"
+        let fixture = try Fixture(mode: mode, auth: ("jotter", password))
+        defer { fixture.stop() }
+        let encoded = "Pw-S3cr3t%3Atango%4042"
+        let server = try fixture.jotter(relay: fixture.relay(userInfo: "jotter:" + encoded))
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, subject: "authenticated", body: "hello")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "sent", "\(entry) \(fixture.smtp.standardError)")
+        let received = fixture.smtp.received
+        try #require(received.count == 1)
+        #expect(received[0].login == "jotter")
+        #expect(received[0].tls)
+
+        let texts = [server.logs.captured, try server.request("GET", "/history").text, entry.raw,
+                     try server.request("GET", "/healthz").text]
+        for text in texts {
+            #expect(!text.contains(password) && !text.contains(encoded) && !text.contains("S3cr3t"))
+        }
+        #expect(!DeliveryKit.directory(server.dataDirectory, contains: "S3cr3t"), "the password is not stored")
+    }
+
+    @Test func anAddressAsTheUserNameIsAlsoTheEnvelope() throws {
+        let fixture = try Fixture(mode: .starttls, auth: ("me@example.com", "pw"))
+        defer { fixture.stop() }
+        let relay = "smtp://me%40example.com:pw@127.0.0.1:\(fixture.smtp.port)?ca=\(fixture.certificates!.caFile)"
+        let server = try fixture.jotter(relay: relay)
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, body: "note to self")
+        #expect(try DeliveryKit.settle(server, id).status == "sent")
+        let received = fixture.smtp.received
+        try #require(received.count == 1)
+        #expect(received[0].login == "me@example.com")
+        #expect(received[0].mailFrom == "me@example.com")
+        #expect(received[0].recipients == ["me@example.com"])
+        #expect(try DeliveryKit.parse(atPath: received[0].path).messageID == Self.messageID(id))
+    }
+
+    @Test func aWrongPasswordFailsAsAuthAndIsNotRetried() throws {
+        let fixture = try Fixture(mode: .starttls, auth: ("jotter", "right-password"))
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay(userInfo: "jotter:Wr0ngSecret"))
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, body: "hello")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "failed", "\(entry)")
+        #expect(entry.lastError == "auth")
+        usleep(300_000)
+        #expect(try DeliveryKit.entry(server, id).attempts == 1)
+        #expect(fixture.smtp.received.isEmpty)
+        #expect(fixture.smtp.events.contains { $0.hasPrefix("AUTH") && $0.hasSuffix("refused") })
+        #expect(!server.logs.captured.contains("Wr0ngSecret"))
+    }
+
+    // MARK: Offline
+
+    @Test func memosTakenWhileTheSMTPServerIsDownAreFlushedWhenItReturns() throws {
+        let directory = TemporaryDirectory()
+        let before = try SMTPServer(mode: .plain, directory: directory.file("smtp-before"))
+        let port = before.port
+        before.stop()  // the port refuses connections now
+        let relay = "smtp://127.0.0.1:\(port)?tls=none&from=jotter@example.com&to=me@example.com"
+        let server = try TestServer(dataDirectory: directory.file("data"), relay: relay) { configuration in
+            // A memo that walked this ladder could not arrive within the test's bounds.
+            configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 20_000, capMilliseconds: 60_000)
+            configuration.delivery.offlineProbeMilliseconds = 200
+            configuration.delivery.slots = 2
+        }
+        defer { server.stop() }
+
+        let ids = try (1...3).map { try DeliveryKit.send(server, body: "written offline \($0)") }
+        #expect(server.waitUntil { server.logs.captured.contains("relay unreachable; probing") })
+        usleep(500_000)
+        for id in ids {
+            let entry = try DeliveryKit.entry(server, id)
+            #expect(["queued", "retrying"].contains(entry.status), "\(entry)")
+        }
+
+        let smtp = try SMTPServer(mode: .plain, directory: directory.file("smtp-after"), port: port)
+        defer { smtp.stop() }
+        let back = Date()
+        #expect(try server.waitUntil(timeout: 10) { try ids.allSatisfy { try DeliveryKit.entry(server, $0).status == "sent" } })
+        #expect(Date().timeIntervalSince(back) < 3, "flushed on the first good probe, not after a 20 s backoff")
+        let identifiers = try DeliveryKit.parseAll(smtp.received.map(\.path)).map(\.messageID)
+        #expect(identifiers.sorted() == ids.map(Self.messageID).sorted(), "each exactly once")
+    }
+
+    // MARK: Slots
+
+    @Test func fourSlotsAgainstASlowServerDeliverEveryMemoExactlyOnce() throws {
+        let fixture = try Fixture(mode: .plain, delayMilliseconds: 30)
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay(), slots: 4)
+        defer { server.stop() }
+
+        var ids: [String] = []
+        for number in 1...30 {
+            ids.append(try DeliveryKit.send(server, body: "memo number \(number)"))
+        }
+        #expect(server.waitUntil(timeout: 20) { fixture.smtp.received.count >= ids.count })
+        usleep(200_000)
+        let identifiers = try DeliveryKit.parseAll(fixture.smtp.received.map(\.path)).map(\.messageID)
+        #expect(identifiers.count == ids.count)
+        #expect(Set(identifiers) == Set(ids.map(Self.messageID)), "each memo exactly once")
+        for id in ids {
+            #expect(try DeliveryKit.entry(server, id).status == "sent")
+        }
+    }
+
+    // MARK: Plain text only to loopback
+
+    @Test(arguments: ["127.0.0.1", "127.0.0.2", "localhost", "[::1]"])
+    func tlsNoneIsAllowedToLoopback(host: String) throws {
+        let relay = try RelayURL("smtp://\(host):2525?tls=none&from=a@example.com&to=b@example.com")
+        #expect(relay.scheme == "smtp")
+    }
+
+    @Test(arguments: [
+            "smtp://u:p@127.0.0.1.example.com:25?tls=none&from=a@example.com&to=b@example.com",
+            "smtp://u:p@127.attacker.example?tls=none&from=a@example.com&to=b@example.com",
+            "resend://re_key?to=b@example.com&base=http://127.0.0.1.nip.io:8080",
+          ])
+    func plainTextIsRefusedToAHostThatOnlyLooksLikeLoopback(relay: String) throws {
+        #expect(throws: RelayURL.Failure.self) { try RelayURL(relay) }
+    }
+
+    // MARK: Relay URLs never repeat a secret
+
+    @Test(arguments: [
+        "smtp://u:secret@host",
+        "smtp://u:secret@host:587?to=me@example.com",
+        "smtps://u:secret@host?to=not-an-address&from=me@example.com",
+        "smtp://u:secret@example.com?tls=none&from=me@example.com&to=me@example.com",
+        "smtp://u:secret@?from=me@example.com&to=me@example.com",
+        "smtp://u:secret@host?from=me@example.com&to=a@b@c",
+        "resend://secret",
+        "resend://secret?to=me@example.com&base=http://api.example.com",
+        "resend://secret?to=me@example.com&from=bad<address",
+        "imap://u:secret@host",
+        "smtp//u:secret@host",
+    ])
+    func relayURLErrorsNeverRepeatTheSecret(relay: String) throws {
+        let error = try #require(throws: RelayURL.Failure.self) { try RelayURL(relay) }
+        for text in [error.description, "\(error)", String(reflecting: error), error.localizedDescription] {
+            #expect(!text.contains("secret"), "\(text)")
+        }
+    }
+}
