@@ -397,3 +397,56 @@ enum Drip {
         }
     }
 }
+
+@Suite struct DevicesCommandTests {
+    @Test func listsAndRevokesPairedDevices() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let token: String
+        do {
+            let server = try TestServer(dataDirectory: data) {
+                $0.lan = true
+                $0.insecureHTTP = true
+                $0.lanTrustsLoopback = false
+                $0.http.host = "127.0.0.1"
+            }
+            defer { server.stop() }
+            let pairing = try #require(server.application.lanInfo?.pairingToken)
+            let response = try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                              body: Array("{\"pairing_token\":\"\(pairing)\",\"name\":\"Kitchen phone\"}".utf8))
+            token = try #require((response.json as? [String: Any])?["device_token"] as? String)
+        }
+        let listing = try DevicesCommand.run(dataDirectory: data, action: .list)
+        #expect(listing.contains("Kitchen phone"))
+        #expect(!listing.contains(token), "the listing never shows a token")
+        let id = String(listing.prefix(8))
+        #expect(throws: CommandLineOptions.UsageError.self) {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .revoke("no-such-device"))
+        }
+        _ = try DevicesCommand.run(dataDirectory: data, action: .revoke(id))
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .list).contains("revoked"))
+
+        let server = try TestServer(dataDirectory: data) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.lanTrustsLoopback = false
+            $0.http.host = "127.0.0.1"
+        }
+        defer { server.stop() }
+        let refused = try server.request("POST", "/send", headers: [("Content-Type", "text/plain"),
+                                                                    ("Authorization", "Bearer \(token)")],
+                                         body: Array("after revoke".utf8))
+        #expect(refused.status == 401)
+    }
+
+    @Test func bannerPrintsTheLinkAndAQRCode() throws {
+        let info = LANInfo(addresses: ["192.0.2.7"], scheme: "https", fingerprint: "AB:CD", pairingToken: "tok", port: 7373)
+        let banner = LANBanner.text(info)
+        #expect(banner.contains("https://192.0.2.7:7373/#pair=tok"))
+        #expect(banner.contains("AB:CD"))
+        let code = try #require(QRCode.terminalLines("https://192.0.2.7:7373/#pair=tok"))
+        #expect(code.count > 10)
+        #expect(Set(code.map(\.count)).count == 1, "a square code: every line as wide")
+        #expect(banner.contains(code[code.count / 2]))
+    }
+}
