@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""Drives Jotter's page in headless Chromium and prints what it observed, as one JSON object.
+
+    /usr/bin/python3 Tests/Browser/page_test.py --url http://127.0.0.1:PORT --scenario NAME [--maildir PATH]
+
+The driver observes; it does not judge: it exits 0 whenever it could run (also when an observation
+is bad) and the Swift suite (Tests/JotterTests/BrowserTests.swift) asserts. If the scenario itself
+broke (an element missing, a timeout), "error" says why and the other fields hold what was seen.
+
+Every scenario also reports
+  requests          every request the page made (url, method, type, status), from the Network domain
+  foreign_requests  those not to the page's own origin (about:, data: and blob: URLs excepted)
+  problems          console errors, uncaught exceptions and error log entries (failed loads, CSP)
+  maildir           with --maildir: the delivered messages' subjects and bodies (Python's email package)
+
+Scenarios:
+  send      type a memo, Ctrl+Enter: state right after the keydown (same task), the POST, the outbox
+  subject   memo, then a subject, Ctrl+Enter in the subject field: the focus must come back to the memo
+  button    type a memo, click Send with the mouse
+  restart   the server goes away and comes back on the same origin; needs the caller's help: the
+            driver prints {"await": "stop-server"} and {"await": "start-server"} lines and waits for a
+            line on stdin after each. The observations object is the last line.
+  language  subject + memo typed, #lang switched to ja with the mouse and keyboard, as a user does
+  rtl       ?lang=ar: direction and the mirrored positions of the send button and subject field
+  privacy   the tab is hidden (another tab in front), then shown again
+  nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
+"""
+import argparse
+import email
+import email.policy
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+import urllib.parse
+
+sys.dont_write_bytecode = True  # no __pycache__ in the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cdp  # noqa: E402
+
+# Installed in every document before the page's scripts (CDP is not subject to the page's CSP).
+# For each send (Ctrl+Enter keydown, or a click on #send): a capturing listener on window runs before
+# the page's handlers; a bubbling one on window runs after them, still inside the same event dispatch,
+# i.e. the same task: what it sees is what the page did synchronously. A zero-delay timer looks again
+# in a later task.
+PROBE = r"""
+(() => {
+  const probe = window.__jotterProbe = { sends: [], events: [] };
+  const isSend = e => e.type === 'keydown' ? e.key === 'Enter' && (e.ctrlKey || e.metaKey)
+                                           : !!(e.target.closest && e.target.closest('#send'));
+  const state = () => {
+    const t = document.getElementById('body'), s = document.getElementById('subject');
+    return { empty: !!t && t.value === '', subjectEmpty: !!s && s.value === '',
+             focused: !!t && document.activeElement === t };
+  };
+  // A click's form submission is its activation behaviour, which runs after the click's dispatch but
+  // in the same task: for a click, the bubbling check waits for the submit event instead.
+  for (const [type, after] of [['keydown', 'keydown'], ['click', 'submit']]) {
+    addEventListener(type, e => {
+      if (!isSend(e)) return;
+      const t = document.getElementById('body'), s = document.getElementById('subject');
+      const send = { via: type, valueBefore: t ? t.value : null, subjectBefore: s ? s.value : null,
+                     focusBefore: document.activeElement && document.activeElement.id, start: performance.now() };
+      probe.sends.push(send);
+      setTimeout(() => { send.nextTask = state(); }, 0);
+    }, true);
+    addEventListener(after, e => {
+      const send = probe.sends[probe.sends.length - 1];
+      if (!send || send.via !== type || send.sameTask || (after === 'keydown' && !isSend(e))) return;
+      send.sameTask = state();
+      send.sameTaskAt = performance.now() - send.start;
+      send.defaultPrevented = e.defaultPrevented;
+    }, false);
+  }
+  for (const name of ['focus', 'blur', 'online', 'offline', 'pagehide', 'pageshow'])
+    addEventListener(name, e => { if (e.target === window || e.target === document) probe.events.push(name); });
+  document.addEventListener('visibilitychange', () => probe.events.push('visibility:' + document.visibilityState));
+})();
+"""
+
+STATE = r"""
+(() => {
+  const $ = id => document.getElementById(id);
+  const body = $('body'), subject = $('subject'), pending = $('pending');
+  const read = key => { try { return localStorage.getItem(key); } catch (e) { return 'unreadable: ' + e; } };
+  const outbox = read('jotter.outbox');
+  let parsed = null;
+  try { parsed = outbox ? JSON.parse(outbox) : []; } catch (e) { parsed = 'not JSON'; }
+  return {
+    body: body ? body.value : null,
+    subject: subject ? subject.value : null,
+    active: document.activeElement ? (document.activeElement.id || document.activeElement.tagName) : null,
+    html_lang: document.documentElement.lang,
+    html_dir: document.documentElement.dir,
+    html_class: document.documentElement.className,
+    visibility: document.visibilityState,
+    outbox: parsed,
+    rejected: read('jotter.rejected'),
+    stored_lang: read('jotter.lang'),
+    pending: pending ? {
+      hidden: pending.hidden,
+      display: getComputedStyle(pending).display,
+      opacity: parseFloat(getComputedStyle(pending).opacity),
+      text: pending.textContent.replace(/\s+/g, ' ').trim(),
+    } : null,
+    location: location.href,
+    probe: window.__jotterProbe || null,
+  };
+})()
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True, help="the page, e.g. http://127.0.0.1:7373")
+    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    parser.add_argument("--maildir", help="the server's Maildir: report what was delivered")
+    parser.add_argument("--timeout", type=float, default=45, help="hard limit for the whole run, seconds")
+    args = parser.parse_args()
+
+    # Stopped from outside (SIGTERM) or overdue (SIGALRM): unwind, so the browser is closed below.
+    def stop(signum, frame):
+        raise TimeoutError("stopped by signal %d" % signum)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(int(args.timeout))
+
+    url = args.url if args.url.endswith("/") else args.url + "/"
+    parts = urllib.parse.urlsplit(url)
+    origin = "%s://%s" % (parts.scheme, parts.netloc)
+    result = {"scenario": args.scenario, "url": url, "origin": origin, "error": None}
+    browser = page = None
+    started = time.monotonic()
+    try:
+        browser = cdp.Browser()
+        result["browser"] = browser.version.get("product")
+        page = browser.new_page()
+        page.add_script_on_new_document(PROBE)
+        SCENARIOS[args.scenario](page, url, result)
+    except BaseException as error:  # also KeyboardInterrupt and the signals above: report, then clean up
+        result["error"] = "%s: %s" % (type(error).__name__, error)
+        if browser is not None:
+            result["chromium_stderr"] = browser.stderr_tail()
+    finally:
+        signal.alarm(0)
+        if page is not None:
+            result["requests"] = page.requests
+            result["foreign_requests"] = [r["url"] for r in page.requests if not same_origin(r["url"], origin)]
+            result["problems"] = page.problems()
+        if browser is not None:
+            browser.close()
+    if args.maildir:
+        result["maildir"] = read_maildir(args.maildir)
+    result["seconds"] = round(time.monotonic() - started, 2)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 0
+
+
+def same_origin(url, origin):
+    if url.split(":", 1)[0] in ("about", "data", "blob"):
+        return True
+    return url == origin or url.startswith(origin + "/")
+
+
+def read_maildir(path):
+    """Subject and body of every message in new/ and cur/, read by Python's email package."""
+    messages = []
+    for folder in ("new", "cur"):
+        directory = os.path.join(path, folder)
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            with open(os.path.join(directory, name), "rb") as f:
+                message = email.message_from_binary_file(f, policy=email.policy.default)
+            messages.append({"file": folder + "/" + name, "subject": str(message["subject"]),
+                             "body": message.get_content().replace("\r\n", "\n")})
+    return messages
+
+
+def state(page):
+    return page.evaluate(STATE)
+
+
+def load(page, url):
+    """Navigates, waits for load and the first painted frames (keys before them are dropped), then
+    for the network to go quiet (manifest and icons fetched)."""
+    since = len(page.events)
+    page.navigate(url)
+    page.wait_for_paint(since)
+    try:
+        page.wait_lifecycle("networkIdle", since=since, timeout=3)
+    except cdp.CDPError:
+        pass
+
+
+def send_requests(page):
+    return [r for r in page.requests if r["method"] == "POST" and r["url"].split("?")[0].endswith("/send")]
+
+
+def await_caller(step, result):
+    """Prints {"await": step} and waits for the caller's line on stdin."""
+    print(json.dumps({"await": step}), flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        raise RuntimeError("stdin closed while waiting for the caller to %s" % step)
+    result.setdefault("steps", []).append(step)
+
+
+# -- scenarios ---------------------------------------------------------------------------------------
+
+
+def scenario_send(page, url, result):
+    load(page, url)
+    memo = "Buy oat milk\nand bread %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    result["before"] = state(page)          # autofocus: the textarea has focus without a click
+    page.type_text(memo)
+    result["typed"] = page.evaluate("document.getElementById('body').value")
+    page.press_ctrl_enter()
+    result["after_keydown"] = state(page)   # right after the key event's dispatch returned
+    try:
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)  # a second POST, if the page sent one, would show up here
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_subject(page, url, result):
+    load(page, url)
+    memo = "Call the plumber about the %s tap" % secrets.token_hex(4)
+    subject = "Home %s" % secrets.token_hex(3)
+    result["memo"], result["subject"] = memo, subject
+    page.type_text(memo)
+    page.click(*page.center_of("#subject"))
+    page.type_text(subject)
+    result["before"] = state(page)          # focus in the subject field now
+    page.press_ctrl_enter()
+    result["after_keydown"] = state(page)
+    try:
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_button(page, url, result):
+    load(page, url)
+    memo = "Sent with the button %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    page.type_text(memo)
+    result["before"] = state(page)
+    page.click(*page.center_of("#send"))
+    result["after_click"] = state(page)
+    try:
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_restart(page, url, result):
+    load(page, url)
+    memo = "Written while the server was away %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    await_caller("stop-server", result)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    result["after_keydown"] = state(page)
+    time.sleep(1.5)  # two attempts (at once, then after 1 s) fail; the pending badge fades in after 1 s
+    result["while_down"] = state(page)
+    await_caller("start-server", result)
+    restarted = time.monotonic()
+    # The page should retry by itself (backoff: 1, 2, 4 s ...). If it has not within 5 s, the user
+    # comes back to the tab (another tab in front, then this one again): visibilitychange and focus.
+    result["delivered_by"] = None
+    try:
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5, interval=0.05)
+        result["delivered_by"] = "backoff"
+    except cdp.CDPError:
+        other = page.hide_by_other_tab()
+        time.sleep(0.2)
+        page.show(other)
+        try:
+            page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=4, interval=0.05)
+            result["delivered_by"] = "focus"
+        except cdp.CDPError:
+            pass
+    result["seconds_after_restart"] = round(time.monotonic() - restarted, 2)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_language(page, url, result):
+    load(page, url)
+    page.click(*page.center_of("#subject"))
+    page.type_text("Groceries")
+    page.key("Enter", "Enter", 13, text="\r")  # Enter in the subject moves on to the memo
+    page.type_text("eggs and rice")
+    # The caret somewhere in the middle, to see that the selection survives too.
+    page.evaluate("document.getElementById('body').setSelectionRange(4, 7)")
+    result["before"] = state(page)
+    result["before"]["selection"] = page.evaluate(
+        "[document.getElementById('body').selectionStart, document.getElementById('body').selectionEnd]")
+    result["send_label_before"] = page.evaluate("document.querySelector('#send [data-i18n=send]').textContent")
+    # As a user does it: click the select (its popup opens), arrow keys to 日本語, Enter.
+    options = page.evaluate("[...document.getElementById('lang').options].map(o => o.value)")
+    current = page.evaluate("document.getElementById('lang').value")
+    result["options"] = options
+    if "ja" not in options:
+        raise RuntimeError("#lang has no 'ja' option: %s" % options)
+    x, y = page.center_of("#lang")
+    page.click(x, y)
+    # Keys pressed before the popup is open would go to the closed select (a keyboard user's path,
+    # after which the page rightly leaves the focus on the select).
+    try:
+        result["popup_opened"] = bool(page.wait_for("document.getElementById('lang').matches(':open')", timeout=3))
+    except cdp.CDPError:
+        result["popup_opened"] = False
+    steps = options.index("ja") - options.index(current)
+    for _ in range(abs(steps)):
+        page.key("ArrowDown" if steps > 0 else "ArrowUp", "ArrowDown" if steps > 0 else "ArrowUp",
+                 40 if steps > 0 else 38)
+    page.key("Enter", "Enter", 13, text="\r")
+    try:
+        page.wait_for("document.documentElement.lang === 'ja'", timeout=5)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.5)  # the 0.3 s cross-dissolve
+    result["after"] = state(page)
+    result["after"]["selection"] = page.evaluate(
+        "[document.getElementById('body').selectionStart, document.getElementById('body').selectionEnd]")
+    result["send_label_after"] = page.evaluate("document.querySelector('#send [data-i18n=send]').textContent")
+    result["body_placeholder_after"] = page.evaluate("document.getElementById('body').placeholder")
+    # Keep typing: the text goes on where the caret was.
+    page.key("End", "End", 35, modifiers=2)
+    page.type_text(" ok")
+    result["typed_after"] = page.evaluate("document.getElementById('body').value")
+
+
+def scenario_rtl(page, url, result):
+    load(page, url + "?lang=ar")
+    result["state"] = state(page)
+    result["layout"] = page.evaluate(r"""
+      (() => {
+        const rect = id => { const r = document.getElementById(id).getBoundingClientRect();
+                             return { x: r.x, y: r.y, width: r.width, height: r.height }; };
+        return {
+          send: rect('send'), subject: rect('subject'), body: rect('body'),
+          body_direction: getComputedStyle(document.getElementById('body')).direction,
+          body_text_align: getComputedStyle(document.getElementById('body')).textAlign,
+          viewport_width: innerWidth,
+        };
+      })()""")
+
+
+def scenario_privacy(page, url, result):
+    load(page, url)
+    page.type_text("Private thought")
+    overlay = r"""
+      (() => {
+        const p = document.getElementById('privacy'), r = p.getBoundingClientRect();
+        const t = document.getElementById('body').getBoundingClientRect();
+        const top = document.elementFromPoint(t.x + t.width / 2, t.y + t.height / 2);
+        return {
+          visibility: document.visibilityState, html_class: document.documentElement.className,
+          display: getComputedStyle(p).display,
+          covers_viewport: r.width >= innerWidth && r.height >= innerHeight,
+          on_top_of_textarea: top ? (top.id || top.tagName) : null,
+          body: document.getElementById('body').value,
+        };
+      })()"""
+    result["visible_before"] = page.evaluate(overlay)
+    other = page.hide_by_other_tab()
+    try:
+        page.wait_for("document.visibilityState === 'hidden'", timeout=3)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.1)
+    result["hidden"] = page.evaluate(overlay)
+    page.show(other)
+    try:
+        page.wait_for("document.visibilityState === 'visible'", timeout=3)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.1)
+    result["visible_again"] = page.evaluate(overlay)
+    result["active_after"] = page.evaluate("document.activeElement && document.activeElement.id")
+    result["page_events"] = page.evaluate("window.__jotterProbe && window.__jotterProbe.events")
+
+
+def scenario_nojs(page, url, result):
+    page.send("Emulation.setScriptExecutionDisabled", {"value": True})
+    load(page, url)
+    memo = "Sent without JavaScript %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    # The page's script never ran: it would have filled the language list and shown the footer.
+    # (DevTools' Runtime.evaluate still works with page scripts disabled.)
+    result["script_ran"] = page.evaluate(
+        "document.getElementById('lang').options.length > 0 || !document.getElementById('foot').hidden")
+    result["before"] = page.evaluate("({active: document.activeElement && document.activeElement.id})")
+    page.type_text(memo)
+    result["typed"] = page.evaluate("document.getElementById('body').value")
+    since = len(page.events)
+    x, y = page.center_of("#send")
+    page.click(x, y)
+    page.wait_lifecycle("load", since=since, timeout=10)
+    result["after"] = page.evaluate(
+        "({body: document.getElementById('body').value, location: location.href,"
+        " active: document.activeElement && document.activeElement.id})")
+    result["form_posts"] = [r for r in page.requests if r["method"] == "POST"]
+
+
+SCENARIOS = {
+    "send": scenario_send,
+    "subject": scenario_subject,
+    "button": scenario_button,
+    "restart": scenario_restart,
+    "language": scenario_language,
+    "rtl": scenario_rtl,
+    "privacy": scenario_privacy,
+    "nojs": scenario_nojs,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,430 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// Debian's Chromium, which the suite drives (its package installs this launcher).
+private let chromiumInstalled = FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
+
+/// The page in a real browser: Debian's headless Chromium, driven over the DevTools protocol by
+/// `Tests/Browser/page_test.py`, against a whole Jotter started in-process on 127.0.0.1.
+///
+/// The driver only observes (and prints one JSON object); these tests decide. Every scenario also
+/// checks that the page asked no host but its own origin and logged no error or exception.
+/// Skipped only when /usr/bin/chromium is missing (`apt-get install chromium`; CI installs it).
+@Suite(.serialized, .enabled(if: chromiumInstalled, "needs /usr/bin/chromium (apt-get install chromium)"))
+struct BrowserTests {
+    static let driver = Repository.root + "/Tests/Browser/page_test.py"
+
+    // MARK: Scenarios
+
+    @Test("Ctrl+Enter empties and refocuses the textarea in the same task; the memo arrives once")
+    func sendClearsAtOnceAndDeliversOnce() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("send", server: server)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["before"]["active"].string == "body", "the textarea has no focus at load (autofocus)")
+        #expect(seen["typed"].string == memo, "typing did not reach the textarea")
+
+        let send = seen["after_keydown"]["probe"]["sends"][0]
+        #expect(send["valueBefore"].string == memo)
+        #expect(send["sameTask"]["empty"].bool == true, "textarea not empty right after the keydown: \(send)")
+        #expect(send["sameTask"]["focused"].bool == true, "textarea not focused right after the keydown: \(send)")
+        #expect(seen["after_keydown"]["body"].string == "")
+        #expect(seen["after_keydown"]["active"].string == "body")
+
+        // The POST carried an Idempotency-Key, got 204, and the page forgot the memo.
+        let posts = seen["send_requests"].array
+        #expect(posts.count == 1, "POSTs to /send: \(seen["send_requests"])")
+        #expect(posts.first?["status"].int == 204)
+        #expect(posts.first?["headers"]["Idempotency-Key"].string?.isEmpty == false, "no Idempotency-Key")
+        #expect(seen["settled"]["outbox"].array.isEmpty, "the page still holds: \(seen["settled"]["outbox"])")
+        #expect(seen["settled"]["pending"]["hidden"].bool == true)
+
+        try Self.expectDeliveredOnce(server, body: memo)
+    }
+
+    @Test("Ctrl+Enter in the subject field sends both and brings the focus back to the empty textarea")
+    func sendFromSubjectRefocusesTextarea() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("subject", server: server)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string), subject = try #require(seen["subject"].string)
+        #expect(seen["before"]["active"].string == "subject" && seen["before"]["subject"].string == subject,
+                "the subject was not typed into its field: \(seen["before"])")
+        let send = seen["after_keydown"]["probe"]["sends"][0]
+        #expect(send["focusBefore"].string == "subject")
+        #expect(send["sameTask"]["empty"].bool == true && send["sameTask"]["subjectEmpty"].bool == true,
+                "not emptied in the same task: \(send)")
+        #expect(send["sameTask"]["focused"].bool == true,
+                "the textarea did not get the focus in the same task: \(send)")
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        let message = try Self.expectDeliveredOnce(server, body: memo)
+        #expect(message["subject"] as? String == subject)
+    }
+
+    @Test("The Send button sends too: the textarea is empty and keeps the focus")
+    func sendButtonClears() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("button", server: server)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        let send = seen["after_click"]["probe"]["sends"][0]
+        #expect(send["via"].string == "click", "no click on #send seen: \(seen["after_click"]["probe"])")
+        #expect(send["sameTask"]["empty"].bool == true, "not emptied in the same task: \(send)")
+        #expect(send["sameTask"]["focused"].bool == true, "the textarea lost the focus: \(send)")
+        #expect(seen["after_click"]["active"].string == "body")
+        #expect(seen["send_requests"].array.first?["status"].int == 204)
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        try Self.expectDeliveredOnce(server, body: memo)
+    }
+
+    @Test("A memo sent while the server is down stays in the page and arrives once after a restart")
+    func keepsMemoWhileServerIsDownThenDeliversOnce() throws {
+        let directory = TemporaryDirectory()
+        // The same origin before and after the restart, so the page's localStorage is the same.
+        let port = try Self.freePort()
+        let configure: (inout Configuration) -> Void = { $0.http.port = port }
+        let first = try TestServer(dataDirectory: directory.path, configure: configure)
+        let current = Mutex<TestServer?>(first)
+        defer { current.withLock { $0?.stop() } }
+
+        let seen = try Self.drive("restart", server: first) { step in
+            switch step {
+            case "stop-server":
+                current.withLock { server in server?.stop(); server = nil }
+            case "start-server":
+                let restarted = try Self.startServer(dataDirectory: directory.path, configure: configure)
+                current.withLock { $0 = restarted }
+            default:
+                Issue.record("unexpected step \(step)")
+            }
+        }
+        // Only the refused connections to /send while the server was away may show up as errors.
+        Self.expectClean(seen, allowing: { entry in
+            entry["source"].string == "network" && entry["url"].string?.hasSuffix("/send") == true
+                && entry["text"].string?.contains("ERR_CONNECTION_REFUSED") == true
+        })
+        #expect(seen["steps"].array.map(\.string) == ["stop-server", "start-server"])
+        let memo = try #require(seen["memo"].string)
+
+        let sent = seen["after_keydown"]
+        #expect(sent["body"].string == "" && sent["active"].string == "body", "not reset at once: \(sent)")
+        let down = seen["while_down"]
+        let kept = down["outbox"].array
+        #expect(kept.count == 1 && kept.first?["body"].string == memo, "jotter.outbox while down: \(down["outbox"])")
+        #expect(down["pending"]["hidden"].bool == false, "pending indicator hidden: \(down["pending"])")
+        #expect(down["pending"]["display"].string != "none")
+        #expect(down["pending"]["opacity"].double.map { $0 > 0.5 } == true, "pending indicator not visible yet")
+        #expect(down["pending"]["text"].string?.hasPrefix("1") == true, "pending text: \(down["pending"])")
+
+        #expect(!seen["delivered_by"].isNull, "the page never delivered the memo after the restart")
+        #expect(seen["settled"]["outbox"].array.isEmpty, "the page still holds: \(seen["settled"]["outbox"])")
+        #expect(seen["settled"]["pending"]["hidden"].bool == true)
+        // Every attempt is the same memo under the same key; exactly one succeeded.
+        let posts = seen["send_requests"].array
+        let keys = Set(posts.compactMap { $0["headers"]["Idempotency-Key"].string })
+        #expect(keys.count == 1 && posts.count >= 2, "attempts: \(seen["send_requests"])")
+        #expect(posts.filter { $0["status"].int == 204 }.count == 1, "attempts: \(seen["send_requests"])")
+
+        let server = try #require(current.withLock { $0 })
+        try Self.expectDeliveredOnce(server, body: memo)
+    }
+
+    @Test("Switching the language to Japanese keeps the memo, the subject, the caret and the focus")
+    func languageSwitchKeepsEverything() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("language", server: server, maildir: false)
+        Self.expectClean(seen)
+        let before = seen["before"], after = seen["after"]
+        #expect(before["html_lang"].string == "en")
+        #expect(before["subject"].string == "Groceries" && before["body"].string == "eggs and rice",
+                "typing went elsewhere: \(before)")
+        #expect(seen["popup_opened"].bool == true, "the language list did not open on a click")
+        #expect(after["html_lang"].string == "ja", "<html lang> after the switch: \(after["html_lang"])")
+        #expect(after["body"].string == before["body"].string, "the memo changed: \(after["body"])")
+        #expect(after["subject"].string == before["subject"].string, "the subject changed: \(after["subject"])")
+        #expect(after["active"].string == "body", "focus after the switch: \(after["active"])")
+        #expect(after["selection"].array.map(\.int) == [4, 7], "selection after the switch: \(after["selection"])")
+        #expect(seen["typed_after"].string == "eggs and rice ok", "typing after the switch: \(seen["typed_after"])")
+        let japanese = try Self.translations("ja")
+        #expect(seen["send_label_after"].string == japanese["send"], "the page is not in Japanese")
+        #expect(seen["body_placeholder_after"].string == japanese["bodyPlaceholder"])
+        #expect(after["stored_lang"].string == "ja")
+        #expect(after["location"].string?.hasSuffix("?lang=ja") == true, "URL after the switch: \(after["location"])")
+    }
+
+    @Test("?lang=ar is right-to-left and mirrored: the send button sits left of the subject")
+    func arabicIsRightToLeft() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("rtl", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["state"]["html_lang"].string == "ar")
+        #expect(seen["state"]["html_dir"].string == "rtl")
+        #expect(seen["state"]["active"].string == "body")
+        let layout = seen["layout"]
+        let sendX = try #require(layout["send"]["x"].double), subjectX = try #require(layout["subject"]["x"].double)
+        #expect(sendX < subjectX, "not mirrored: send at x=\(sendX), subject at x=\(subjectX)")
+        #expect(layout["body_direction"].string == "rtl")
+        let width = layout["send"]["width"].double ?? 0, height = layout["send"]["height"].double ?? 0
+        #expect(width >= 44 && height >= 44, "send button \(width)×\(height) is below 44×44")
+    }
+
+    @Test("The privacy overlay covers the page while it is hidden and is gone when it is visible")
+    func privacyOverlayWhileHidden() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("privacy", server: server, maildir: false)
+        Self.expectClean(seen)
+        let before = seen["visible_before"], hidden = seen["hidden"], again = seen["visible_again"]
+        #expect(before["visibility"].string == "visible" && before["display"].string == "none")
+        #expect(hidden["visibility"].string == "hidden", "the tab never became hidden: \(hidden)")
+        #expect(hidden["display"].string != "none", "no overlay while hidden: \(hidden)")
+        #expect(hidden["covers_viewport"].bool == true)
+        #expect(hidden["on_top_of_textarea"].string == "privacy", "the memo shows through: \(hidden)")
+        #expect(again["visibility"].string == "visible")
+        #expect(again["display"].string == "none", "overlay still shown when visible: \(again)")
+        #expect(again["on_top_of_textarea"].string == "body")
+        #expect(again["body"].string == "Private thought", "the memo was lost: \(again)")
+        #expect(seen["active_after"].string == "body")
+    }
+
+    @Test("Without JavaScript the form posts the memo, 303 brings back an empty page, it arrives once")
+    func formPostWithoutJavaScript() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+
+        let seen = try Self.drive("nojs", server: server)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["script_ran"].bool == false, "the page's script ran: JavaScript was not off")
+        #expect(seen["before"]["active"].string == "body", "no autofocus without JavaScript")
+        #expect(seen["typed"].string == memo)
+        let posts = seen["form_posts"].array
+        #expect(posts.count == 1, "form posts: \(seen["form_posts"])")
+        #expect(posts.first?["status"].int == 303)
+        #expect(posts.first?["headers"]["Content-Type"].string == "application/x-www-form-urlencoded")
+        #expect(seen["after"]["body"].string == "", "the page came back with: \(seen["after"])")
+        #expect(seen["after"]["location"].string == seen["url"].string)
+        #expect(seen["after"]["active"].string == "body")
+
+        let message = try Self.expectDeliveredOnce(server, body: memo)
+        // The form always sends its subject field, empty here: the subject is then the memo's first
+        // line, as for the page's own POST.
+        #expect(message["subject"] as? String == memo, "subject: \(message["subject"] ?? "none")")
+    }
+
+    // MARK: Driver
+
+    /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
+    /// index reads as null.
+    struct Observed: CustomStringConvertible {
+        private let value: Any?
+
+        init(_ value: Any?) {
+            self.value = value is NSNull ? nil : value
+        }
+
+        subscript(key: String) -> Observed { Observed((value as? [String: Any])?[key]) }
+        subscript(index: Int) -> Observed {
+            let array = (value as? [Any]) ?? []
+            return Observed(array.indices.contains(index) ? array[index] : nil)
+        }
+        var string: String? { value as? String }
+        var double: Double? { (value as? NSNumber)?.doubleValue }
+        var int: Int? { (value as? NSNumber)?.intValue }
+        var bool: Bool? { value as? Bool }
+        var array: [Observed] { ((value as? [Any]) ?? []).map(Observed.init) }
+        var isNull: Bool { value == nil }
+        var description: String {
+            guard let value else { return "null" }
+            guard JSONSerialization.isValidJSONObject(value),
+                  let data = try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]) else {
+                return String(describing: value)
+            }
+            return String(decoding: data, as: UTF8.self)
+        }
+    }
+
+    /// Set once the driver has exited, so the watchdog never signals a reused pid.
+    final class Flag: Sendable {
+        let state = Mutex(false)
+    }
+
+    struct DriverFailure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Runs one scenario of the driver against `server` and returns its observations. For scenarios
+    /// that need the server stopped or started, the driver prints `{"await": STEP}`; `step` does it,
+    /// then the driver is told to go on.
+    static func drive(_ scenario: String, server: TestServer, maildir: Bool = true, timeout: Double = 40,
+                      step: (String) throws -> Void = { _ in }) throws -> Observed {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        var arguments = [driver, "--url", "http://127.0.0.1:\(server.port)", "--scenario", scenario,
+                         "--timeout", String(Int(timeout))]
+        if maildir { arguments += ["--maildir", server.maildir] }
+        process.arguments = arguments
+        let output = Pipe(), input = Pipe()
+        let errors = TemporaryDirectory()
+        let errorPath = errors.file("stderr")
+        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
+        let errorHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: errorPath))
+        process.standardOutput = output
+        process.standardInput = input
+        process.standardError = errorHandle
+        try process.run()
+        try errorHandle.close()
+        // The driver limits itself (SIGALRM); this is the backstop if it hangs anyway. SIGTERM lets it
+        // close its browser.
+        let pid = process.processIdentifier
+        let finished = Flag()
+        let watchdog = DispatchWorkItem {
+            finished.state.withLock { done in if !done { kill(pid, SIGTERM) } }
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout + 10, execute: watchdog)
+        defer {
+            watchdog.cancel()
+            if process.isRunning { process.terminate() }
+        }
+
+        var result: Observed?
+        var buffer = Data()
+        let reader = output.fileHandleForReading
+        readLoop: while true {
+            let chunk = reader.availableData
+            if chunk.isEmpty { break }
+            buffer.append(chunk)
+            while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = buffer[buffer.startIndex..<newline]
+                buffer = Data(buffer[buffer.index(after: newline)...])
+                guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any] else { continue }
+                if let name = object["await"] as? String {
+                    do {
+                        try step(name)
+                    } catch {
+                        try? input.fileHandleForWriting.close()
+                        throw error
+                    }
+                    input.fileHandleForWriting.write(Data("ok\n".utf8))
+                } else {
+                    result = Observed(object)
+                    break readLoop
+                }
+            }
+        }
+        process.waitUntilExit()
+        finished.state.withLock { $0 = true }
+        try? input.fileHandleForWriting.close()
+        guard let result else {
+            let stderr = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+            throw DriverFailure(description: "page_test.py \(scenario) printed no observations "
+                                + "(exit \(process.terminationStatus)): \(stderr.suffix(3000))")
+        }
+        return result
+    }
+
+    // MARK: Checks
+
+    /// The scenario ran to the end, every request went to the page's own origin, and nothing was
+    /// logged as an error: no console.error, no uncaught exception, no failed load (a 404 counts).
+    static func expectClean(_ seen: Observed, allowing allowed: (Observed) -> Bool = { _ in false },
+                            sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(seen["error"].isNull, "the driver stopped: \(seen["error"]) \(seen["chromium_stderr"])",
+                sourceLocation: sourceLocation)
+        #expect(!seen["requests"].array.isEmpty, "no request recorded", sourceLocation: sourceLocation)
+        #expect(seen["foreign_requests"].array.isEmpty, "requests to another origin: \(seen["foreign_requests"])",
+                sourceLocation: sourceLocation)
+        let problems = seen["problems"]
+        #expect(problems["console_errors"].array.isEmpty, "console errors: \(problems["console_errors"])",
+                sourceLocation: sourceLocation)
+        #expect(problems["exceptions"].array.isEmpty, "exceptions: \(problems["exceptions"])",
+                sourceLocation: sourceLocation)
+        let logged = problems["log_errors"].array.filter { !allowed($0) }
+        #expect(logged.isEmpty, "errors in the log: \(logged)", sourceLocation: sourceLocation)
+    }
+
+    /// Exactly one message in the Maildir, with `body` (as Python's email package reads it), and one
+    /// memo in the outbox. Returns the parsed message.
+    @discardableResult
+    static func expectDeliveredOnce(_ server: TestServer, body: String,
+                                    sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: Any] {
+        #expect(server.waitUntil { !server.deliveredFiles().isEmpty }, "nothing arrived in the Maildir",
+                sourceLocation: sourceLocation)
+        usleep(500_000)  // a second copy would be written as promptly as the first
+        let files = server.deliveredFiles()
+        #expect(files.count == 1, "\(files.count) messages in the Maildir", sourceLocation: sourceLocation)
+        let stored = try server.outbox.counts().values.reduce(0, +)
+        #expect(stored == 1, "\(stored) memos in the outbox", sourceLocation: sourceLocation)
+        let file = try #require(files.first, sourceLocation: sourceLocation)
+        let message = try Python.parseMessage(atPath: file)
+        let delivered = (message["body"] as? String)?.replacingOccurrences(of: "\r\n", with: "\n")
+        #expect(delivered == body || delivered == body + "\n",
+                "delivered \(String(describing: delivered)) instead of \(body.debugDescription)",
+                sourceLocation: sourceLocation)
+        return message
+    }
+
+    // MARK: Helpers
+
+    /// A port nobody listens on right now (bound to 0 and released), for a server that must come
+    /// back on the same origin.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw DriverFailure(description: "socket() failed") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddr in
+                bind(fd, sockaddr, length) == 0 && getsockname(fd, sockaddr, &length) == 0
+            }
+        }
+        guard bound else { throw DriverFailure(description: "cannot bind 127.0.0.1:0") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// A server on a fixed port; retried briefly in case the old socket is not released yet.
+    static func startServer(dataDirectory: String, configure: @escaping (inout Configuration) -> Void) throws
+        -> TestServer {
+        var lastError: (any Error)?
+        for _ in 0..<20 {
+            do {
+                return try TestServer(dataDirectory: dataDirectory, configure: configure)
+            } catch {
+                lastError = error
+                usleep(100_000)
+            }
+        }
+        throw lastError ?? DriverFailure(description: "server did not start")
+    }
+
+    /// `Public/i18n/<tag>.json`.
+    static func translations(_ tag: String) throws -> [String: String] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: Repository.publicDirectory + "/i18n/\(tag).json"))
+        return (try JSONSerialization.jsonObject(with: data) as? [String: String]) ?? [:]
+    }
+}
