@@ -10,6 +10,8 @@ public struct HTTPResponse: Sendable {
     public var messageID: String?
     /// The route that answered (`/history/{id}`), logged instead of the raw path.
     public var route: String?
+    /// Set only on a response that is identical every time (see `ReusableResponse`).
+    public var reusable: ReusableResponse?
 
     /// Creates a response.
     public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = [], messageID: String? = nil) {

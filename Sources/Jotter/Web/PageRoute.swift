@@ -23,6 +23,7 @@ struct PageRoute: Sendable {
 
     let localization: Localization
     let pages: [String: [UInt8]]
+    let reusable: [String: ReusableResponse]
     let contentSecurityPolicy: String
 
     /// Reads the template and translations from `publicDirectory`.
@@ -48,6 +49,7 @@ struct PageRoute: Sendable {
             pages[tag] = Array(Self.render(template, values: values).utf8)
         }
         self.pages = pages
+        reusable = pages.mapValues { _ in ReusableResponse() }
         let scripts = Self.elementContents(tag: "script", in: template).map(Self.hashSource)
         let styles = Self.elementContents(tag: "style", in: template).map(Self.hashSource)
         contentSecurityPolicy = [
@@ -67,14 +69,18 @@ struct PageRoute: Sendable {
     static let defaultProjectURL = "/about"
 
     func handle(_ request: HTTPRequest) -> HTTPResponse {
-        let tag = localization.negotiate(query: request.queryValue("lang"),
+        var tag = localization.negotiate(query: request.queryValue("lang"),
                                          acceptLanguage: request.headers["Accept-Language"])
-        return HTTPResponse(status: 200, headers: [
+        if pages[tag] == nil { tag = Localization.fallback }
+        var response = HTTPResponse(status: 200, headers: [
             "Content-Type": "text/html; charset=utf-8",
             "Content-Language": tag,
             "Vary": "Accept-Language",
             "Content-Security-Policy": contentSecurityPolicy,
-        ], body: pages[tag] ?? pages[Localization.fallback] ?? [])
+        ], body: pages[tag] ?? [])
+        // Same language, same bytes and headers (the router adds only constant ones): build it once.
+        response.reusable = reusable[tag]
+        return response
     }
 
     /// `GET /i18n/{tag}.json`: one language's strings, for the in-page language switch.
