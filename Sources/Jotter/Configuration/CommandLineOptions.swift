@@ -238,17 +238,12 @@ public enum CommandLineOptions {
 
     /// The first non-blank line of the file (the URL); the error never repeats the file's content.
     static func readRelayFile(_ path: String) throws -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw UsageError(description: "cannot read --relay-file \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 65536 {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count <= 0 { break }
-            bytes += buffer[0..<count]
+        let bytes: [UInt8]
+        do throws(SystemError) {
+            guard let contents = try FileIO.read(path: path, limit: 65536) else { throw SystemError(code: ENOENT) }
+            bytes = contents
+        } catch {
+            throw UsageError(description: "cannot read --relay-file \(path): \(String(cString: strerror(error.code)))")
         }
         let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
             .map { $0.trimmingCharacters(in: " \t") }.first(where: { !$0.isEmpty })

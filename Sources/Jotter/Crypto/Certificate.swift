@@ -100,24 +100,12 @@ public struct SelfSignedCertificate: Sendable {
     }
 
     private static func readFile(_ path: String) -> String? {
-        guard let file = fopen(path, "r") else { return nil }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count == 0 { break }
-            bytes += buffer[0..<count]
-        }
-        return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
+        guard let bytes = try? FileIO.read(path: path, limit: 1 << 20), !bytes.isEmpty else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private static func writeFile(_ path: String, _ text: String, mode: mode_t) -> Bool {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        let bytes = Array(text.utf8)
-        return write(fd, bytes, bytes.count) == bytes.count && fsync(fd) == 0
+        (try? FileIO.writeFile(path, Array(text.utf8), mode: mode)) != nil
     }
 }
 

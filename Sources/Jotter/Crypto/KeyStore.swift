@@ -34,12 +34,18 @@ public enum KeyStore {
         if fd >= 0 {
             defer { close(fd) }
             let key = try SymmetricKey.random()
-            try key.withUnsafeBytes { bytes in
-                guard write(fd, bytes.baseAddress, bytes.count) == bytes.count, fsync(fd) == 0 else {
-                    let code = errno
-                    unlink(path)
-                    throw Failure.io(path: path, errno: code)
+            var failure: SystemError?
+            key.withUnsafeBytes { bytes in
+                do throws(SystemError) {
+                    try FileIO.writeAll(fd, bytes)
+                    guard fsync(fd) == 0 else { throw SystemError.current }
+                } catch {
+                    failure = error
                 }
+            }
+            if let failure {
+                unlink(path)
+                throw Failure.io(path: path, errno: failure.code)
             }
             return key
         }
@@ -56,6 +62,7 @@ public enum KeyStore {
         if checkMode && info.st_mode & 0o077 != 0 {
             throw Failure.insecurePermissions(path: path, mode: info.st_mode & 0o7777)
         }
+        // Not FileIO.readAll: the key passes through this one small buffer only, and it is cleansed.
         var buffer = [UInt8](repeating: 0, count: 64)
         defer { buffer.withUnsafeMutableBytes { zero($0) } }
         var total = 0

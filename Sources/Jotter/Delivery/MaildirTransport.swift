@@ -33,36 +33,22 @@ public struct MaildirTransport: Transport {
         }
         let temporary = "\(path)/tmp/\(name)"
         unlink(temporary)  // left by an attempt that died before linking
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Self.failure(errno) }
-        let bytes = message.rendered()
-        var written = 0
-        while written < bytes.count {
-            let count = bytes.withUnsafeBytes { raw in
-                write(fd, raw.baseAddress.map { $0 + written }, raw.count - written)
-            }
-            if count < 0 {
-                if errno == EINTR { continue }
-                let code = errno
-                close(fd)
-                unlink(temporary)
-                throw Self.failure(code)
-            }
-            written += count
-        }
-        guard fsync(fd) == 0 else {
-            let code = errno
-            close(fd)
+        do {
+            try FileIO.writeFile(temporary, message.rendered(), mode: 0o600, flags: O_CREAT | O_EXCL)
+        } catch {
             unlink(temporary)
-            throw Self.failure(code)
+            throw Self.failure(error.code)
         }
-        close(fd)
         defer { unlink(temporary) }
         if link(temporary, final) != 0 {
             if errno == EEXIST { return DeliveryReceipt(alreadyDelivered: true) }
             throw Self.failure(errno)
         }
-        try syncDirectory("\(path)/new")
+        do {
+            try FileIO.syncDirectory("\(path)/new")
+        } catch {
+            throw Self.failure(error.code)
+        }
         return DeliveryReceipt()
     }
 
@@ -80,13 +66,6 @@ public struct MaildirTransport: Transport {
             if entryName == name || entryName.hasPrefix(prefix) { return true }
         }
         return false
-    }
-
-    private func syncDirectory(_ directory: String) throws(DeliveryFailure) {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw Self.failure(errno) }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw Self.failure(errno) }
     }
 
     /// File-system errors are transient (a full disk can be freed); the kind is `io`.

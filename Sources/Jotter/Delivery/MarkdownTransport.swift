@@ -68,51 +68,23 @@ public final class MarkdownTransport: Transport {
     }
 
     private static func read(_ path: String) throws(DeliveryFailure) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT { return [] }
+        do {
+            return try FileIO.read(path: path) ?? []
+        } catch {
             throw DeliveryFailure(.io, permanent: false)
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw DeliveryFailure(.io, permanent: false)
-            }
-            if count == 0 { return bytes }
-            bytes += buffer[0..<count]
         }
     }
 
     /// Writes a temporary file beside `path`, fsyncs it, renames it over `path`, fsyncs the folder.
     private static func replace(_ path: String, with bytes: [UInt8], folder: String) throws(DeliveryFailure) {
         let temporary = path + ".jotter-tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw DeliveryFailure(.io, permanent: false) }
-        var written = 0
-        while written < bytes.count {
-            let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress.map { $0 + written }, $0.count - written) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                close(fd)
-                unlink(temporary)
-                throw DeliveryFailure(.io, permanent: false)
-            }
-            written += count
-        }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard synced, rename(temporary, path) == 0 else {
+        do {
+            try FileIO.writeFile(temporary, bytes, mode: 0o600)
+            guard rename(temporary, path) == 0 else { throw SystemError.current }
+            try FileIO.syncDirectory(folder)
+        } catch {
             unlink(temporary)
             throw DeliveryFailure(.io, permanent: false)
-        }
-        let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directory >= 0 {
-            fsync(directory)
-            close(directory)
         }
     }
 }

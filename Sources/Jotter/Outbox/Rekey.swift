@@ -99,11 +99,7 @@ public enum Rekey {
         }
         try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         guard rename(newKeyPath, directory.keyPath) == 0 else { throw Failure.io(errno: errno) }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 {
-            fsync(fd)
-            close(fd)
-        }
+        try? FileIO.syncDirectory(path)
         return Report(resealed: resealed, resumed: resumed)
     }
 
