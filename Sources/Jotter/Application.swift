@@ -48,9 +48,6 @@ public final class Application: Sendable {
             logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
         }
         rating = try RatingStore(outbox: outbox, clock: clock)
-        let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
-        let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
-                                     publicDirectory: configuration.publicDirectory)
         var http = configuration.http
         var lanInfo: LANInfo?
         var devices: DeviceRegistry?
@@ -71,20 +68,19 @@ public final class Application: Sendable {
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: fingerprint, pairingToken: try registry.issuePairingToken())
         }
-        let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + (configuration.lan ? NetworkInterfaces.hostNames() : []),
-                                   boundAddresses: lanInfo?.addresses ?? [],
+        let hostNames = configuration.allowedHosts + (configuration.lan ? NetworkInterfaces.hostNames() : [])
+        let policy = RequestPolicy(configuredHosts: hostNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,
                                    trustsLoopback: configuration.lanTrustsLoopback, clock: clock)
         self.policy = policy
         self.devices = devices
         let pairRoute = devices.map { PairRoute(devices: $0, policy: policy) }
+        let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
+        let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
+                                     pair: pairRoute, publicDirectory: configuration.publicDirectory)
         server = HTTPServer(configuration: http, logger: logger.labelled("http")) { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
-                return
-            }
-            if request.path == "/pair", request.method == "POST", let pairRoute {
-                respond(router.finish(pairRoute.handle(request)))
                 return
             }
             router.handle(request, respond: respond)
@@ -130,7 +126,7 @@ public final class Application: Sendable {
     }
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
-                       publicDirectory: String) throws -> Router {
+                       pair: PairRoute?, publicDirectory: String) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory)
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
@@ -154,6 +150,10 @@ public final class Application: Sendable {
         router.add("POST", "/rating") { request, _, respond in respond(ratingRoute.record(request)) }
         router.add("GET", "/about") { _, _, respond in respond(AboutPage.response) }
         router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
+        router.add("POST", "/pair") { request, _, respond in
+            respond(pair?.handle(request)
+                ?? .error(404, code: "not_lan_mode", message: "Pairing exists only in LAN mode (jotter serve --lan)."))
+        }
         router.add("GET", "/favicon.ico") { _, _, respond in
             respond(files.files["favicon.ico"] == nil ? HTTPResponse(status: 204) : files.handle(name: "favicon.ico"))
         }

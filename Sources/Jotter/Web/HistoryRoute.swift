@@ -8,10 +8,12 @@ struct HistoryRoute: Sendable {
     func list(_ request: HTTPRequest) -> HTTPResponse {
         var limit = Self.defaultLimit
         if let text = request.queryValue("limit") {
-            guard let value = Int(text), value >= 1 else {
+            // Any positive whole number; beyond the maximum (however many digits) means the maximum.
+            guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                  text.utf8.contains(where: { $0 != 0x30 }) else {
                 return .error(400, code: "invalid_limit", message: "limit must be a positive integer.")
             }
-            limit = min(value, Self.maxLimit)
+            limit = min(Int(text) ?? Self.maxLimit, Self.maxLimit)
         }
         let before = request.queryValue("before")
         if let before, !Self.isMessageID(before) {

@@ -142,7 +142,7 @@ struct RatingRoute: Sendable {
         guard let body = try? JSONDecoder().decode(Event.self, from: Data(request.body)) else {
             return .error(400, code: "invalid_event", message: "Send {\"event\": \"shown\", \"dismissed\" or \"rated\"}.")
         }
-        if body.event == "rated" {
+        if body.event == "rated" || body.stars != nil {
             guard let stars = body.stars, (1...5).contains(stars) else {
                 return .error(400, code: "invalid_stars", message: "stars must be a whole number from 1 to 5.")
             }
