@@ -20,7 +20,8 @@ case .help(let text):
 case .rekey(let dataDirectory):
     do {
         let report = try Rekey.run(dataDirectory: dataDirectory)
-        print("Re-sealed \(report.resealed) memos under a new key\(report.resumed ? " (finished an interrupted rekey)" : "").")
+        let resumed = report.resumed ? " (finished an interrupted rekey)" : ""
+        print("Re-sealed \(report.resealed) memos under a new key\(resumed).")
     } catch {
         FileHandle.standardError.write(Data("jotter rekey: \(error)\n".utf8))
         exit(1)

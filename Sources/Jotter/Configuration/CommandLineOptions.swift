@@ -105,7 +105,8 @@ public enum CommandLineOptions {
         let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
                      "--relay": "JOTTER_RELAY", "--relay-file": "JOTTER_RELAY_FILE", "--slots": "JOTTER_SLOTS",
                      "--retry-cap": "JOTTER_RETRY_CAP", "--allowed-host": "JOTTER_ALLOWED_HOSTS",
-                     "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY", "--public-dir": "JOTTER_PUBLIC_DIR",
+                     "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY",
+                     "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
         for (flag, variable) in flags {
             if let value = environment[variable], !value.isEmpty { values[flag] = value }
@@ -163,7 +164,8 @@ public enum CommandLineOptions {
                 guard let perMinute = Int(limit), (1...1_000_000).contains(perMinute) else {
                     throw UsageError(description: "--rate-limit must be a number of memos per minute, or off")
                 }
-                configuration.rateLimit = RateLimiter.Limits(burst: Double(perMinute), perSecond: Double(perMinute) / 60)
+                configuration.rateLimit = RateLimiter.Limits(burst: Double(perMinute),
+                                                             perSecond: Double(perMinute) / 60)
             }
         }
         if let path = values["--relay-file"] {
@@ -216,7 +218,9 @@ public enum CommandLineOptions {
         var words: [String] = []
         while let argument = arguments.popFirst() {
             if argument == "--data-dir" {
-                guard let value = arguments.popFirst() else { throw UsageError(description: "--data-dir needs a value") }
+                guard let value = arguments.popFirst() else {
+                    throw UsageError(description: "--data-dir needs a value")
+                }
                 dataDirectory = value
             } else if argument.hasPrefix("--data-dir=") {
                 dataDirectory = String(argument.dropFirst("--data-dir=".count))

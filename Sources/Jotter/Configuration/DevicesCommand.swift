@@ -24,7 +24,8 @@ public enum DevicesCommand {
             return devices.map { device in
                 let state = device.revokedAt.map { "revoked " + Timestamp.iso8601(milliseconds: $0) }
                     ?? "last seen " + (device.lastSeenAt.map { Timestamp.iso8601(milliseconds: $0) } ?? "never")
-                return "\(device.id)  \(device.name)  paired \(Timestamp.iso8601(milliseconds: device.createdAt))  \(state)"
+                let paired = Timestamp.iso8601(milliseconds: device.createdAt)
+                return "\(device.id)  \(device.name)  paired \(paired)  \(state)"
             }.joined(separator: "\n")
         case .revoke(let id):
             guard try registry.revoke(id: id) else {
@@ -42,7 +43,8 @@ public enum LANBanner {
         var lines: [String] = []
         if let fingerprint = lan.fingerprint {
             lines.append("HTTPS certificate SHA-256 fingerprint: \(fingerprint)")
-            lines.append("(your phone will warn about a self-signed certificate: compare this fingerprint, then accept it)")
+            lines.append("(your phone will warn about a self-signed certificate: "
+                + "compare this fingerprint, then accept it)")
         } else {
             lines.append("WARNING: plain HTTP on the LAN (--insecure-http): anyone on this network can read memos.")
         }

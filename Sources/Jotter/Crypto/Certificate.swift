@@ -26,7 +26,8 @@ public struct SelfSignedCertificate: Sendable {
     }
 
     /// Loads `directory/cert.pem` and `directory/key.pem`, creating them (key mode 0600) if missing.
-    public static func loadOrCreate(directory: String, names: [String], addresses: [String]) throws -> SelfSignedCertificate {
+    public static func loadOrCreate(directory: String, names: [String],
+                                    addresses: [String]) throws -> SelfSignedCertificate {
         try DataDirectory.makeDirectories(directory, mode: 0o700)
         let certificatePath = directory + "/cert.pem", keyPath = directory + "/key.pem"
         if let certificate = readFile(certificatePath), let key = readFile(keyPath) {
@@ -72,7 +73,8 @@ public struct SelfSignedCertificate: Sendable {
             ok = ok && X509_set_issuer_name(certificate, name) == 1
         }
         let alternatives = names.map { "DNS:\($0)" } + addresses.map { "IP:\($0)" }
-        ok = ok && jotter_x509_add_extension(certificate, NID_subject_alt_name, alternatives.joined(separator: ",")) == 1
+        ok = ok && jotter_x509_add_extension(certificate, NID_subject_alt_name,
+                                             alternatives.joined(separator: ",")) == 1
         ok = ok && jotter_x509_add_extension(certificate, NID_basic_constraints, "critical,CA:FALSE") == 1
         ok = ok && jotter_x509_add_extension(certificate, NID_ext_key_usage, "serverAuth") == 1
         ok = ok && X509_sign(certificate, key, EVP_sha256()) > 0

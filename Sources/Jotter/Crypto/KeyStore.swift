@@ -15,7 +15,8 @@ public enum KeyStore {
         public var description: String {
             switch self {
             case .insecurePermissions(let path, let mode):
-                return "key file \(path) has mode \(String(mode, radix: 8)); it must not be accessible to group or others "
+                return "key file \(path) has mode \(String(mode, radix: 8)); "
+                    + "it must not be accessible to group or others "
                     + "(run: chmod 600 \(path))"
             case .wrongLength(let path, let length):
                 return "key file \(path) holds \(length) bytes; a Jotter key is exactly 32"

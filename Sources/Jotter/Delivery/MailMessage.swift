@@ -20,7 +20,8 @@ public struct MailAddress: Sendable, Equatable {
     var headerValue: String {
         guard !name.isEmpty else { return "<\(address)>" }
         let isAtomText = name.unicodeScalars.allSatisfy {
-            $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil || " -_.".unicodeScalars.contains($0))
+            $0.isASCII && ($0.properties.isAlphabetic || $0.properties.numericType != nil
+                || " -_.".unicodeScalars.contains($0))
         }
         let display = isAtomText ? name : MIME.encodedWords(name, firstLineUsed: 0).joined(separator: " ")
         return "\(display) <\(address)>"

@@ -134,7 +134,9 @@ public struct RelayURL: Sendable {
     static func isAddress(_ text: String) -> Bool {
         let parts = text.split(separator: "@", omittingEmptySubsequences: false)
         return parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty
-            && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && !"<>()[],;:\\\"".unicodeScalars.contains($0) }
+            && text.unicodeScalars.allSatisfy { scalar in
+                scalar.value > 0x20 && scalar.value < 0x7F && !"<>()[],;:\\\"".unicodeScalars.contains(scalar)
+            }
     }
 
     /// `localhost`, an IPv4 literal in 127.0.0.0/8, or `::1` — never a DNS name that merely starts with "127."
@@ -148,7 +150,8 @@ public struct RelayURL: Sendable {
         }
         var v6 = in6_addr()
         if inet_pton(AF_INET6, bare, &v6) == 1 {
-            return bare == "::1" || withUnsafeBytes(of: &v6) { $0.elementsEqual([UInt8](repeating: 0, count: 15) + [1]) }
+            let loopback = [UInt8](repeating: 0, count: 15) + [1]
+            return withUnsafeBytes(of: &v6) { $0.elementsEqual(loopback) }
         }
         return false
     }

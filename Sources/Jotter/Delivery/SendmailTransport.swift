@@ -33,7 +33,8 @@ public struct SendmailTransport: Transport {
         let bytes = message.rendered()
         var local: [UInt8] = []
         local.reserveCapacity(bytes.count)
-        for (index, byte) in bytes.enumerated() where !(byte == 13 && index + 1 < bytes.count && bytes[index + 1] == 10) {
+        for (index, byte) in bytes.enumerated()
+        where !(byte == 13 && index + 1 < bytes.count && bytes[index + 1] == 10) {
             local.append(byte)
         }
         do {

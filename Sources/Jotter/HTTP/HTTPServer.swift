@@ -334,9 +334,10 @@ extension HTTPServer {
             context.dispatched = true
             var address = [CChar](repeating: 0, count: 64)
             jotter_mhd_client_address(connection, &address, address.count)
+            let client = String(decoding: address.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)),
+                                as: UTF8.self)
             let request = HTTPRequest(method: context.method, path: context.path, query: context.query,
-                                      headers: context.headers, body: context.body,
-                                      remoteAddress: String(decoding: address.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self))
+                                      headers: context.headers, body: context.body, remoteAddress: client)
             context.body = []
             handler(request) { [context] response in context.complete(response) }
         }
@@ -378,7 +379,8 @@ extension HTTPServer {
     }
 
     static func tooLarge(_ limit: Int) -> HTTPResponse {
-        Router.finish(.error(413, code: "too_large", message: "The memo is larger than the server accepts (\(limit) bytes)."))
+        Router.finish(.error(413, code: "too_large",
+                             message: "The memo is larger than the server accepts (\(limit) bytes)."))
     }
 
     private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {

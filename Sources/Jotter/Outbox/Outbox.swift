@@ -354,8 +354,9 @@ public final class Outbox: @unchecked Sendable {
     public func makeRetriesDue() throws {
         let now = clock.nowMilliseconds()
         try performWrite { database in
-            try database.run("UPDATE messages SET next_attempt_at = ? WHERE status = 'retrying' AND next_attempt_at > ?",
-                             [.integer(now), .integer(now)])
+            try database.run("""
+                UPDATE messages SET next_attempt_at = ? WHERE status = 'retrying' AND next_attempt_at > ?
+                """, [.integer(now), .integer(now)])
         }
     }
 

@@ -87,7 +87,9 @@ public enum Rekey {
                     let newSubject = try subject.map {
                         try reseal($0, field: "subject", id: id, from: oldSealing, to: newSealing)
                     }
-                    try database.run("UPDATE messages SET sealed_payload = ?, sealed_subject = ?, key_id = ? WHERE seq = ?",
+                    try database.run("""
+                        UPDATE messages SET sealed_payload = ?, sealed_subject = ?, key_id = ? WHERE seq = ?
+                        """,
                                      [newPayload.map { .blob($0) } ?? .null, newSubject.map { .blob($0) } ?? .null,
                                       .blob(newID), .integer(seq)])
                 }

@@ -1,6 +1,7 @@
 /// `GET /about`: the project page a five-star rating opens. Plain HTML, no script, no style.
 enum AboutPage {
-    static let response = HTTPResponse(status: 200, headers: ["Content-Type": "text/html; charset=utf-8"], body: Array("""
+    static let response = HTTPResponse(status: 200, headers: ["Content-Type": "text/html; charset=utf-8"],
+                                       body: Array("""
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <title>About Jotter</title></head><body>

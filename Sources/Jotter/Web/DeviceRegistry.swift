@@ -105,7 +105,8 @@ public final class DeviceRegistry: Sendable {
     public func revoke(id: String) throws -> Bool {
         let now = clock.nowMilliseconds()
         return try database.withLock { box in
-            let matches = try box.database.statement("SELECT id FROM devices WHERE id LIKE ? || '%' AND revoked_at IS NULL")
+            let matches = try box.database.statement(
+                "SELECT id FROM devices WHERE id LIKE ? || '%' AND revoked_at IS NULL")
                 .rows([.text(id)]) { $0.text(0) ?? "" }
             guard matches.count == 1, !id.isEmpty else { return false }
             try box.database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(matches[0])])

@@ -133,6 +133,9 @@ struct RatingRoute: Sendable {
         return .json(200, json.bytes)
     }
 
+    private static let invalidEvent = HTTPResponse.error(
+        400, code: "invalid_event", message: "Send {\"event\": \"shown\", \"dismissed\" or \"rated\"}.")
+
     private struct Event: Decodable {
         var event: String
         var stars: Int?
@@ -140,7 +143,7 @@ struct RatingRoute: Sendable {
 
     func record(_ request: HTTPRequest) -> HTTPResponse {
         guard let body = try? JSONDecoder().decode(Event.self, from: Data(request.body)) else {
-            return .error(400, code: "invalid_event", message: "Send {\"event\": \"shown\", \"dismissed\" or \"rated\"}.")
+            return Self.invalidEvent
         }
         if body.event == "rated" || body.stars != nil {
             guard let stars = body.stars, (1...5).contains(stars) else {
@@ -148,7 +151,7 @@ struct RatingRoute: Sendable {
             }
         }
         guard store.record(event: body.event) else {
-            return .error(400, code: "invalid_event", message: "Send {\"event\": \"shown\", \"dismissed\" or \"rated\"}.")
+            return Self.invalidEvent
         }
         return HTTPResponse(status: 204)
     }
