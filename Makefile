@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 ARGS ?=
 
 # What building and running needs.
-RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev
+RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev zlib1g-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, and the benchmark tools.
 TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild

@@ -33,9 +33,14 @@ let package = Package(
             pkgConfig: "libqrencode",
             providers: [.apt(["libqrencode-dev"])]
         ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         .target(
             name: "Jotter",
-            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode"]
+            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode", "CZlib"]
         ),
         .executableTarget(
             name: "JotterCLI",

@@ -14,6 +14,12 @@ struct Localization: Sendable {
     /// Tag → the JSON file's bytes, served to the page's language switch.
     let files: [String: [UInt8]]
 
+    /// Translations given directly (tests).
+    init(strings: [String: [String: String]], files: [String: [UInt8]] = [:]) {
+        self.strings = strings
+        self.files = files
+    }
+
     /// Loads `directory/<tag>.json` for every supported tag that has one.
     init(directory: String) throws {
         var strings: [String: [String: String]] = [:]

@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+@Suite struct LanguageNegotiationTests {
+    let localization = Localization(strings: Dictionary(uniqueKeysWithValues: Localization.supported.map { ($0, [:]) }))
+
+    @Test(arguments: [
+        ("ja,en;q=0.8", "ja"), ("en-US,en;q=0.9", "en"), ("zh-TW", "zh-Hant"), ("zh-HK,zh;q=0.9", "zh-Hant"),
+        ("zh-Hant-TW", "zh-Hant"), ("zh-CN", "zh-Hans"), ("zh", "zh-Hans"), ("zh-Hans-SG", "zh-Hans"),
+        ("pt-BR,pt;q=0.9", "pt"), ("fr-CA", "fr"), ("de;q=0.2, ar;q=0.9", "ar"), ("nl, it;q=0.5", "it"),
+        ("*", "en"), ("nl", "en"), ("", "en"), ("ko;q=0, es", "es"), ("KO", "ko"), ("ru_RU", "ru"),
+    ])
+    func acceptLanguage(header: String, expected: String) {
+        #expect(localization.negotiate(query: nil, acceptLanguage: header) == expected)
+    }
+
+    @Test func queryWinsWhenItNamesAShippedLanguage() {
+        #expect(localization.negotiate(query: "ar", acceptLanguage: "ja") == "ar")
+        #expect(localization.negotiate(query: "zh-tw", acceptLanguage: "ja") == "zh-Hant")
+        #expect(localization.negotiate(query: "xx", acceptLanguage: "ja") == "ja", "unknown ?lang falls back")
+    }
+
+    @Test(arguments: [("gzip", true), ("gzip, deflate, br", true), ("br;q=1.0, gzip;q=0.8", true), ("*", true),
+                      ("gzip;q=0", false), ("identity", false), ("", false), ("GZIP", true), ("deflate", false)])
+    func gzipNegotiation(header: String, expected: Bool) {
+        #expect(PageRoute.acceptsGzip(header) == expected)
+    }
+}
+
+@Suite struct PageServingTests {
+    @Test func everyLanguageRendersCompletelyWithItsDirection() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        for tag in Localization.supported {
+            let page = try server.request("GET", "/?lang=\(tag)")
+            #expect(page.status == 200)
+            #expect(page.header("Content-Language") == tag)
+            let html = page.text
+            #expect(html.contains("<html lang=\"\(tag)\" dir=\"\(tag == "ar" ? "rtl" : "ltr")\">"), "\(tag)")
+            #expect(!html.contains("{{"), "\(tag): every placeholder filled")
+            #expect(html.contains("autofocus"))
+            let strings = try server.request("GET", "/i18n/\(tag).json")
+            #expect(strings.status == 200)
+            #expect((strings.json as? [String: String])?["send"] != nil, "\(tag)")
+        }
+        #expect(try server.request("GET", "/i18n/xx.json").status == 404)
+    }
+
+    @Test func gzipIsTheSamePageInAThirdOfTheBytes() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let plain = try server.request("GET", "/?lang=ru")
+        let zipped = try server.request("GET", "/?lang=ru", headers: [("Accept-Encoding", "gzip, br")])
+        #expect(zipped.header("Content-Encoding") == "gzip")
+        #expect(plain.header("Content-Encoding") == nil)
+        #expect(zipped.header("Vary")?.contains("Accept-Encoding") == true)
+        #expect(zipped.body.count < 16 * 1024 / 2, "the shell is one small request: \(zipped.body.count) bytes")
+        let unzipped = try Python.run("import gzip, sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))",
+                                      input: zipped.body)
+        #expect(Array(unzipped.utf8) == plain.body)
+        #expect(zipped.header("Content-Security-Policy") == plain.header("Content-Security-Policy"))
+        let refused = try server.request("GET", "/", headers: [("Accept-Encoding", "gzip;q=0")])
+        #expect(refused.header("Content-Encoding") == nil)
+    }
+}
