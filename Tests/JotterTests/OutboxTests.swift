@@ -618,3 +618,18 @@ enum Evidence {
         }
     }
 }
+
+@Suite struct OutboxShutdownTests {
+    /// A delivery that finishes after shutdown (the worker gave up waiting for it) must get an error,
+    /// not touch a closed SQLite handle.
+    @Test func writesAfterCloseFailCleanly() async throws {
+        let directory = TemporaryDirectory()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: try SymmetricKey.random())
+        let id = try await outbox.enqueue(MemoDraft(body: "late")).id
+        let claimed = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        outbox.close()
+        #expect(throws: DatabaseError.self) { try outbox.markSent(id: id) }
+        #expect(throws: DatabaseError.self) { _ = try outbox.history(limit: 10) }
+    }
+}

@@ -39,6 +39,7 @@ public final class Database {
 
     /// Runs one or more SQL statements without parameters.
     public func execute(_ sql: String) throws {
+        try checkOpen(sql)
         let code = sqlite3_exec(connection, sql, nil, nil, nil)
         guard code == SQLITE_OK else {
             throw DatabaseError(code: sqlite3_extended_errcode(connection), connection: connection, sql: sql)
@@ -47,6 +48,7 @@ public final class Database {
 
     /// A prepared statement for `sql`, cached for the connection's life.
     public func statement(_ sql: String) throws -> Statement {
+        try checkOpen(sql)
         if let cached = statements[sql] { return cached }
         let statement = try Statement(connection: connection, sql: sql)
         statements[sql] = statement
@@ -56,6 +58,11 @@ public final class Database {
     /// Runs `sql` with `values` bound.
     public func run(_ sql: String, _ values: [DatabaseValue] = []) throws {
         try statement(sql).execute(values)
+    }
+
+    /// A late caller (a delivery finishing after shutdown) gets an error, never a closed handle.
+    private func checkOpen(_ sql: String) throws {
+        if isClosed { throw DatabaseError(code: SQLITE_MISUSE, message: "the database is closed", sql: sql) }
     }
 
     /// Rows changed by the last INSERT, UPDATE or DELETE.
