@@ -16,6 +16,7 @@ public enum CommandLineOptions {
 
     /// A command line that cannot be obeyed; the description says why, for a person.
     public struct UsageError: Error, CustomStringConvertible, Equatable {
+        /// What is wrong, for a person.
         public let description: String
     }
 

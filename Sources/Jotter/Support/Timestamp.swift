@@ -25,6 +25,7 @@ public enum Timestamp {
         return "\(pad(parts.year, 4))-\(pad(parts.month, 2))-\(pad(parts.day, 2))"
     }
 
+    /// A UTC calendar date and time of day.
     struct Parts {
         var year, month, day, hour, minute, second, weekday: Int
     }

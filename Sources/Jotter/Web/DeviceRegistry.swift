@@ -7,10 +7,15 @@ import Synchronization
 public final class DeviceRegistry: Sendable {
     /// A paired device as `jotter devices` lists it.
     public struct Device: Sendable, Equatable {
+        /// The device's id (a UUID), what `jotter devices revoke` takes.
         public var id: String
+        /// The name the page sent when pairing.
         public var name: String
+        /// When it paired, epoch ms.
         public var createdAt: Int64
+        /// When its token was last accepted, epoch ms.
         public var lastSeenAt: Int64?
+        /// When it was revoked, epoch ms.
         public var revokedAt: Int64?
     }
 

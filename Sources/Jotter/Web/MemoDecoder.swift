@@ -35,7 +35,9 @@ public enum MemoDecodingError: HTTPResponseError, Equatable {
 public enum MemoDecoder {
     /// The decoded memo: `subject` is nil when the client gave none.
     public struct Memo: Equatable, Sendable {
+        /// The subject the client gave (nil when none, or blank).
         public var subject: String?
+        /// The memo's text, line breaks normalised to LF.
         public var body: String
     }
 
