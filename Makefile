@@ -36,6 +36,8 @@ fuzz: deps
 bench: deps
 	@bin/install-packages $(BENCH_PACKAGES)
 	bench/http
+	bench/delivery --no-build
+	bench/page --no-build
 
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
