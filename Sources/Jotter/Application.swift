@@ -51,9 +51,10 @@ public final class Application: Sendable {
         var http = configuration.http
         var lanInfo: LANInfo?
         var devices: DeviceRegistry?
+        let machineNames = configuration.lan ? NetworkInterfaces.hostNames() : []
         if configuration.lan {
             let addresses = NetworkInterfaces.lanAddresses()
-            let names = ["localhost"] + NetworkInterfaces.hostNames()
+            let names = ["localhost"] + machineNames
             var fingerprint: String?
             if !configuration.insecureHTTP {
                 let certificate = try SelfSignedCertificate.loadOrCreate(
@@ -68,8 +69,7 @@ public final class Application: Sendable {
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: fingerprint, pairingToken: try registry.issuePairingToken())
         }
-        let hostNames = configuration.allowedHosts + (configuration.lan ? NetworkInterfaces.hostNames() : [])
-        let policy = RequestPolicy(configuredHosts: hostNames, boundAddresses: lanInfo?.addresses ?? [],
+        let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + machineNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,
                                    trustsLoopback: configuration.lanTrustsLoopback, clock: clock)
         self.policy = policy

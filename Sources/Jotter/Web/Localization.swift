@@ -14,10 +14,14 @@ struct Localization: Sendable {
     /// Tag → the JSON file's bytes, served to the page's language switch.
     let files: [String: [UInt8]]
 
+    /// The languages that can be served (English always, with or without a file), in `supported` order.
+    let available: [String]
+
     /// Translations given directly (tests).
     init(strings: [String: [String: String]], files: [String: [UInt8]] = [:]) {
         self.strings = strings
         self.files = files
+        available = Self.supported.filter { strings[$0] != nil || $0 == Self.fallback }
     }
 
     /// Loads `directory/<tag>.json` for every supported tag that has one.
@@ -32,18 +36,11 @@ struct Localization: Sendable {
             strings[tag] = table
             files[tag] = Array(data)
         }
-        self.strings = strings
-        self.files = files
-    }
-
-    /// The languages that can be served (English always, with or without a file).
-    var available: [String] {
-        Self.supported.filter { strings[$0] != nil || $0 == Self.fallback }
+        self.init(strings: strings, files: files)
     }
 
     /// The tag for a request: a valid `?lang=`, else the best `Accept-Language` match, else English.
     func negotiate(query: String?, acceptLanguage: String?) -> String {
-        let available = self.available
         if let query, let tag = Self.match(query, in: available) { return tag }
         for range in Self.ranges(acceptLanguage ?? "") {
             if range == "*" { return Self.fallback }
