@@ -451,3 +451,22 @@ enum Drip {
         #expect(banner.contains(code[code.count / 2]))
     }
 }
+
+@Suite struct HeaderLimitTests {
+    /// Headers past the per-connection memory are refused (431) without harming the server; ordinary
+    /// large headers (a few KB, as browsers send) pass.
+    @Test func oversizedHeadersAreRefusedAndTheServerCarriesOn() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let huge = try server.request("POST", "/send", headers: [("Content-Type", "text/plain"),
+                                                                ("X-Filler", String(repeating: "a", count: 40_000))],
+                                      body: Array("never stored".utf8))
+        #expect(huge.status == 431)
+        let ordinary = try server.request("POST", "/send", headers: [("Content-Type", "text/plain"),
+                                                                    ("X-Filler", String(repeating: "a", count: 8_000))],
+                                          body: Array("stored".utf8))
+        #expect(ordinary.status == 204)
+        #expect(try server.outbox.counts().values.reduce(0, +) == 1)
+    }
+}

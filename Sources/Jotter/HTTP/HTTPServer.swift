@@ -28,7 +28,7 @@ public final class HTTPServer: @unchecked Sendable {
         /// Seconds of inactivity before a connection is closed (libmicrohttpd needs it in epoll mode).
         public var idleTimeoutSeconds = 30
         /// Memory per connection for headers and buffers: bounds the header size.
-        public var connectionMemoryBytes = 64 * 1024
+        public var connectionMemoryBytes = 32 * 1024
         /// libmicrohttpd's worker threads.
         public var threads = 2
         /// Serve HTTPS with this PEM key and certificate (LAN mode); nil serves plain HTTP.
