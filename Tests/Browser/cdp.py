@@ -165,20 +165,8 @@ class Browser:
 
     def send(self, method, params=None, session_id=None, timeout=None):
         """Sends one command and waits for its answer; returns `result`, raises CDPError on `error`."""
-        if self._closed:
-            raise CDPError("browser is gone (%s)" % method)
-        with self._lock:
-            self._next_id += 1
-            message_id = self._next_id
-            waiter = [threading.Event(), None]
-            self._pending[message_id] = waiter
-        message = {"id": message_id, "method": method, "params": params or {}}
-        if session_id:
-            message["sessionId"] = session_id
-        try:
-            self._write(message)
-        except OSError as error:
-            raise CDPError("cannot write to the browser: %s" % error)
+        waiter = [threading.Event(), None]
+        message_id = self._command(method, params, session_id, waiter)
         if not waiter[0].wait(timeout or self.timeout):
             with self._lock:
                 self._pending.pop(message_id, None)
@@ -187,6 +175,26 @@ class Browser:
         if "error" in answer:
             raise CDPError("%s: %s" % (method, answer["error"].get("message")))
         return answer.get("result", {})
+
+    def _command(self, method, params, session_id, waiter=None):
+        """Numbers a command, registers `waiter` for its answer (if any) and writes it; returns its id."""
+        if self._closed:
+            raise CDPError("browser is gone (%s)" % method)
+        with self._lock:
+            self._next_id += 1
+            message_id = self._next_id
+            if waiter is not None:
+                self._pending[message_id] = waiter
+        message = {"id": message_id, "method": method, "params": params or {}}
+        if session_id:
+            message["sessionId"] = session_id
+        try:
+            self._write(message)
+        except OSError as error:
+            with self._lock:
+                self._pending.pop(message_id, None)
+            raise CDPError("cannot write to the browser: %s" % error)
+        return message_id
 
     def _write(self, message):
         """One whole message on the pipe (a lock keeps messages of several threads apart)."""
@@ -197,17 +205,7 @@ class Browser:
 
     def post(self, method, params=None, session_id=None):
         """Sends one command without waiting for its answer (which is then dropped)."""
-        if self._closed:
-            raise CDPError("browser is gone (%s)" % method)
-        with self._lock:
-            self._next_id += 1
-            message = {"id": self._next_id, "method": method, "params": params or {}}
-        if session_id:
-            message["sessionId"] = session_id
-        try:
-            self._write(message)
-        except OSError as error:
-            raise CDPError("cannot write to the browser: %s" % error)
+        self._command(method, params, session_id)
 
     # -- targets ---------------------------------------------------------------------------------
 

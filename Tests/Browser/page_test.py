@@ -209,6 +209,18 @@ def await_caller(step, result):
 # -- scenarios ---------------------------------------------------------------------------------------
 
 
+def settle(page, result):
+    """After a send: wait until the page's outbox is empty, then a moment more (a second POST, if the
+    page sent one, would show up), and record the final state and every POST /send."""
+    try:
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
 def scenario_send(page, url, result):
     load(page, url)
     memo = "Buy oat milk\nand bread %s" % secrets.token_hex(4)
@@ -218,13 +230,7 @@ def scenario_send(page, url, result):
     result["typed"] = page.evaluate("document.getElementById('body').value")
     page.press_ctrl_enter()
     result["after_keydown"] = state(page)   # right after the key event's dispatch returned
-    try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
-    except cdp.CDPError:
-        pass
-    time.sleep(0.3)  # a second POST, if the page sent one, would show up here
-    result["settled"] = state(page)
-    result["send_requests"] = send_requests(page)
+    settle(page, result)
 
 
 def scenario_subject(page, url, result):
@@ -238,13 +244,7 @@ def scenario_subject(page, url, result):
     result["before"] = state(page)          # focus in the subject field now
     page.press_ctrl_enter()
     result["after_keydown"] = state(page)
-    try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
-    except cdp.CDPError:
-        pass
-    time.sleep(0.3)
-    result["settled"] = state(page)
-    result["send_requests"] = send_requests(page)
+    settle(page, result)
 
 
 def scenario_button(page, url, result):
@@ -255,13 +255,7 @@ def scenario_button(page, url, result):
     result["before"] = state(page)
     page.click(*page.center_of("#send"))
     result["after_click"] = state(page)
-    try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
-    except cdp.CDPError:
-        pass
-    time.sleep(0.3)
-    result["settled"] = state(page)
-    result["send_requests"] = send_requests(page)
+    settle(page, result)
 
 
 def scenario_restart(page, url, result):

@@ -414,8 +414,7 @@ import Testing
         #expect(try Self.history(server).count == 1)
     }
 
-    @Test
-    func chunkedBodyGrowingOverTheCapIs413() throws {
+    @Test func chunkedBodyGrowingOverTheCapIs413AndTheServerCarriesOn() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 4096)
         defer { server.stop() }
@@ -424,27 +423,11 @@ import Testing
         let request = Self.chunked(port: server.port, type: "text/plain", chunks: [chunk, chunk, chunk, chunk])
         let response = try RawHTTP.exchange(port: server.port, request: request)
         Self.expectError(response, status: 413, code: "too_large")
+        #expect(response.header("X-Message-Id") == nil)
         #expect(!response.text.contains(canary))
         try Self.expectNothingStored(server)
         Self.expectNoLeak(server, [canary])
-    }
-
-    @Test func chunkedBodyOverTheCapIsNotStoredAndTheServerCarriesOn() throws {
-        let directory = TemporaryDirectory()
-        let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 4096)
-        defer { server.stop() }
-        let canary = Self.canary("chunkhuge")
-        let chunk = Array((canary + String(repeating: "y", count: 1500)).utf8)
-        let request = Self.chunked(port: server.port, type: "text/plain", chunks: [chunk, chunk, chunk, chunk])
-        // Whatever the answer (see the disabled test above), it is never a success.
-        if let response = try? RawHTTP.exchange(port: server.port, request: request) {
-            #expect(!(200..<400).contains(response.status))
-            #expect(response.header("X-Message-Id") == nil)
-        }
-        usleep(200_000)
-        try Self.expectNothingStored(server)
-        Self.expectNoLeak(server, [canary])
-        #expect(try Self.post(server, type: "text/plain", "after the big one").status == 204)
+        #expect(try Self.post(server, type: "text/plain", "after the big one").status == 204, "the server carries on")
     }
 
     @Test func chunkedBodyExactlyAtTheCapIsAccepted() throws {
