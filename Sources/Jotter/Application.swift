@@ -67,17 +67,19 @@ public final class Application: Sendable {
                                               clock: clock)
             devices = registry
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
-                              fingerprint: fingerprint, pairingToken: try registry.issuePairingToken())
+                              fingerprint: fingerprint, pairingToken: try registry.issuePairingToken().token)
         }
         let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + machineNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,
                                    trustsLoopback: configuration.lanTrustsLoopback, clock: clock)
         self.policy = policy
         self.devices = devices
-        let pairRoute = devices.map { PairRoute(devices: $0, policy: policy) }
+        var pairRoute: PairRoute?
+        if let devices, let lanInfo { pairRoute = PairRoute(devices: devices, policy: policy, lan: lanInfo) }
         let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
-                                     pair: pairRoute, publicDirectory: configuration.publicDirectory)
+                                     pair: pairRoute, publicDirectory: configuration.publicDirectory,
+                                     lan: configuration.lan)
         server = HTTPServer(configuration: http, logger: logger.labelled("http")) { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
@@ -93,6 +95,7 @@ public final class Application: Sendable {
             policy.setPort(server.port)
             lanInfo?.port = server.port
             self.lanInfo = lanInfo
+            if let lanInfo { try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path) }
         } catch {
             worker.stop()
             outbox.close()
@@ -117,6 +120,7 @@ public final class Application: Sendable {
 
     /// Stops in order: the server (draining requests in flight), the worker, then the outbox.
     public func stop() {
+        if lanInfo != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
         server.stop()
         worker.stop()
         rating.flush()
@@ -126,8 +130,8 @@ public final class Application: Sendable {
     }
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
-                       pair: PairRoute?, publicDirectory: String) throws -> Router {
-        let page = try PageRoute(publicDirectory: publicDirectory)
+                       pair: PairRoute?, publicDirectory: String, lan: Bool = false) throws -> Router {
+        let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
         let ratingRoute = RatingRoute(store: rating)
@@ -150,9 +154,14 @@ public final class Application: Sendable {
         router.add("POST", "/rating") { request, _, respond in respond(ratingRoute.record(request)) }
         router.add("GET", "/about") { _, _, respond in respond(AboutPage.response) }
         router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
-        router.add("POST", "/pair") { request, _, respond in
-            respond(pair?.handle(request)
-                ?? .error(404, code: "not_lan_mode", message: "Pairing exists only in LAN mode (jotter serve --lan)."))
+        let notLAN = HTTPResponse.error(404, code: "not_lan_mode",
+                                        message: "Pairing exists only in LAN mode (jotter serve --lan).")
+        router.add("POST", "/pair") { request, _, respond in respond(pair?.handle(request) ?? notLAN) }
+        router.add("POST", "/pair/link") { request, _, respond in respond(pair?.link(request) ?? notLAN) }
+        router.add("GET", "/pairing") { request, _, respond in respond(pair?.state(request) ?? notLAN) }
+        router.add("GET", TrustAnchor.certificatePath) { _, _, respond in respond(pair?.certificate() ?? notLAN) }
+        router.add("GET", TrustAnchor.mobileConfigPath) { _, _, respond in
+            respond(pair?.mobileConfig() ?? notLAN)
         }
         router.add("GET", "/favicon.ico") { _, _, respond in
             respond(files.files["favicon.ico"] == nil ? HTTPResponse(status: 204) : files.handle(name: "favicon.ico"))

@@ -26,9 +26,17 @@ case .rekey(let dataDirectory):
         FileHandle.standardError.write(Data("jotter rekey: \(error)\n".utf8))
         exit(1)
     }
+case .pair(let dataDirectory):
+    do {
+        print(try PairCommand.run(dataDirectory: dataDirectory, credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
+    } catch {
+        FileHandle.standardError.write(Data("jotter pair: \(error)\n".utf8))
+        exit(1)
+    }
 case .devices(let dataDirectory, let action):
     do {
-        print(try DevicesCommand.run(dataDirectory: dataDirectory, action: action))
+        print(try DevicesCommand.run(dataDirectory: dataDirectory, action: action,
+                                     credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
     } catch {
         FileHandle.standardError.write(Data("jotter devices: \(error)\n".utf8))
         exit(1)
@@ -43,9 +51,10 @@ case .serve(let configuration):
         FileHandle.standardError.write(Data("jotter: cannot start: \(error)\n".utf8))
         exit(1)
     }
-    let host = configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host
-    let scheme = application.lanInfo?.scheme ?? "http"
-    print("Listening on \(scheme)://\(host):\(application.port)")
+    for line in LANBanner.listeningLines(host: configuration.http.host, port: application.port,
+                                         lan: application.lanInfo) {
+        print(line)
+    }
     if let lan = application.lanInfo {
         print(LANBanner.text(lan))
     }

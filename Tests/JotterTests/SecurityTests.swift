@@ -160,7 +160,8 @@ import Testing
         #expect(try send(server, token: device).status == 204)
         #expect(try server.request("GET", "/history", headers: [("Authorization", "Bearer \(device)")]).status == 200)
 
-        #expect(try pair(server, pairing).status == 401, "a pairing token works once")
+        let reused = try pair(server, pairing)
+        #expect(reused.status == 410 && reused.errorCode == "pairing_link_used", "a pairing token works once")
         #expect(!server.logs.captured.contains(pairing))
         #expect(!server.logs.captured.contains(device))
     }
@@ -172,16 +173,18 @@ import Testing
         defer { server.stop() }
         let pairing = try #require(server.application.lanInfo?.pairingToken)
         clock.advance(milliseconds: DeviceRegistry.pairingLifetime + 1)
-        #expect(try pair(server, pairing).status == 401, "expired after 10 minutes")
+        let late = try pair(server, pairing)
+        #expect(late.status == 410 && late.errorCode == "pairing_link_expired", "expired after 10 minutes")
 
         let registry = try #require(server.application.devices)
-        let fresh = try registry.issuePairingToken()
+        let fresh = try registry.issuePairingToken().token
         let device = try #require((try pair(server, fresh).json as? [String: Any])?["device_token"] as? String)
         #expect(try send(server, token: device).status == 204)
         let listed = try registry.list()
         #expect(listed.count == 1)
         #expect(try registry.revoke(id: listed[0].id))
-        #expect(try send(server, token: device).status == 401, "revoked")
+        let revoked = try send(server, token: device)
+        #expect(revoked.status == 401 && revoked.errorCode == "device_revoked", "revoked")
     }
 
     @Test func repeatedFailuresAreRateLimited() throws {

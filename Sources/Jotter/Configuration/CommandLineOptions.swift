@@ -8,8 +8,10 @@ public enum CommandLineOptions {
         case help(String)
         /// Serve with this configuration.
         case serve(Configuration)
-        /// List or revoke paired LAN devices.
+        /// List, rename or revoke paired LAN devices.
         case devices(dataDirectory: String, action: DevicesCommand.Action)
+        /// Print a fresh pairing link for the running LAN-mode server.
+        case pair(dataDirectory: String)
         /// Re-seal everything under a new key.
         case rekey(dataDirectory: String)
     }
@@ -28,8 +30,11 @@ public enum CommandLineOptions {
           jotter serve [options]     run the composer page and the delivery worker
           jotter --help              this text
           jotter serve --help        every option of serve
-          jotter devices [--data-dir PATH] [list | revoke ID]
-                                     the phones paired in LAN mode; revoke one's token
+          jotter pair [--data-dir PATH]
+                                     a fresh one-time pairing link + QR code for the running
+                                     LAN-mode server (10 minutes; any number may be issued)
+          jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID]
+                                     the phones paired in LAN mode; rename one, or revoke its token
           jotter rekey [--data-dir PATH]
                                      re-seal every stored memo under a new key (server stopped;
                                      safe to interrupt: run it again to finish)
@@ -68,8 +73,9 @@ public enum CommandLineOptions {
           --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
           --lan                listen on every interface so a phone on your network can send:
-                               HTTPS with a self-signed certificate kept in the data directory,
-                               and a one-time pairing link + QR code printed at start
+                               HTTPS with a certificate from a local CA kept in the data
+                               directory (a phone trusts the CA once), and a one-time pairing
+                               link + QR code printed at start ('jotter pair' prints more)
           --insecure-http      with --lan, serve plain HTTP instead (not recommended)
           --allowed-host NAME  also answer to this Host name, e.g. mybox.local (repeatable;
                                JOTTER_ALLOWED_HOSTS, comma-separated). Loopback always works.
@@ -94,6 +100,11 @@ public enum CommandLineOptions {
         case "-h", "--help", "help": return .help(help)
         case "serve": break
         case "devices": return try parseDevices(arguments, environment: environment)
+        case "pair":
+            guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
+                throw UsageError(description: "usage: jotter pair [--data-dir PATH]")
+            }
+            return .pair(dataDirectory: directory)
         case "rekey":
             guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
                 throw UsageError(description: "usage: jotter rekey [--data-dir PATH]")
@@ -236,6 +247,10 @@ public enum CommandLineOptions {
         case "revoke":
             guard words.count == 2 else { throw UsageError(description: "usage: jotter devices revoke ID") }
             return .devices(dataDirectory: dataDirectory, action: .revoke(words[1]))
+        case "rename":
+            guard words.count >= 3 else { throw UsageError(description: "usage: jotter devices rename ID NAME") }
+            return .devices(dataDirectory: dataDirectory,
+                            action: .rename(words[1], words.dropFirst(2).joined(separator: " ")))
         default:
             throw UsageError(description: "unknown devices command '\(words[0].prefix(40))'")
         }

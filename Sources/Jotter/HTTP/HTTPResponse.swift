@@ -113,6 +113,14 @@ public struct JSONWriter {
         value.map { self.value($0) } ?? null()
     }
 
+    /// `"key": true|false`.
+    public mutating func field(_ key: String, _ value: Bool) {
+        self.key(key)
+        separate()
+        bytes += (value ? "true" : "false").utf8
+        needsComma = true
+    }
+
     /// A string value.
     public mutating func value(_ text: String) {
         separate()

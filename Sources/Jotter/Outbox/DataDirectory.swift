@@ -48,6 +48,17 @@ public final class DataDirectory: Sendable {
         }
     }
 
+    /// Whether a process (a running server) holds the lock of the data directory at `path`.
+    public static func isInUse(path: String) -> Bool {
+        let fd = open(path + "/lock", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        // flock locks belong to open file descriptions: this probe does not disturb the holder's lock.
+        guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return errno == EWOULDBLOCK }
+        flock(fd, LOCK_UN)
+        return false
+    }
+
     /// `$DATA/jotter.db`.
     public var databasePath: String { path + "/jotter.db" }
     /// `$DATA/key`.

@@ -44,6 +44,16 @@ enum Migrations {
         CREATE INDEX messages_waiting ON messages(next_attempt_at, seq) WHERE status IN ('queued', 'retrying');
         CREATE INDEX messages_in_flight ON messages(lease_until) WHERE status = 'sending';
         """,
+        // Pairing links live in the database, so `jotter pair` can issue one to a running server and a
+        // link that was used or ran out can be told apart from a guess.
+        """
+        CREATE TABLE pairing_tokens (
+            token_hash BLOB PRIMARY KEY,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            used_at INTEGER
+        );
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -1,15 +1,15 @@
 import Foundation
 import Synchronization
 
-/// LAN pairing: one-time pairing tokens (printed by the server, 10 minutes, single use) are exchanged
-/// for per-device tokens. Only keyed hashes of device tokens are stored; every comparison is by hash
-/// lookup plus a constant-time check, and devices can be listed and revoked.
+/// LAN pairing: one-time pairing links (10 minutes, single use, any number of them) are exchanged for
+/// per-device tokens. Only keyed hashes of either are stored, in the outbox database, so `jotter pair`
+/// can issue a link that a running server accepts. Devices can be listed, renamed and revoked.
 public final class DeviceRegistry: Sendable {
     /// A paired device as `jotter devices` lists it.
     public struct Device: Sendable, Equatable {
         /// The device's id (a UUID), what `jotter devices revoke` takes.
         public var id: String
-        /// The name the page sent when pairing.
+        /// A name for people: derived from the browser's User-Agent, or set with `jotter devices rename`.
         public var name: String
         /// When it paired, epoch ms.
         public var createdAt: Int64
@@ -19,20 +19,54 @@ public final class DeviceRegistry: Sendable {
         public var revokedAt: Int64?
     }
 
+    /// A freshly issued pairing link's secret part.
+    public struct PairingToken: Sendable {
+        /// The token (goes into the link's fragment, never into a log).
+        public var token: String
+        /// When it stops working, epoch ms.
+        public var expiresAt: Int64
+    }
+
+    /// What presenting a pairing token led to.
+    public enum PairOutcome: Sendable, Equatable {
+        /// A new device and its token (shown once).
+        case paired(device: Device, token: String)
+        /// The link worked once already.
+        case used
+        /// The link ran out (10 minutes).
+        case expired
+        /// No such link was ever issued: a guess, or a typo.
+        case unknown
+    }
+
+    /// What a presented device token is.
+    public enum TokenCheck: Sendable, Equatable {
+        /// A paired device (its id).
+        case valid(String)
+        /// A device that was revoked: a real token, not a guess.
+        case revoked(String)
+        /// Not a token of this server.
+        case unknown
+    }
+
     /// The purpose string for the registry's hashing key.
     public static let hashingPurpose = "jotter device tokens v1"
 
-    /// How long a pairing token works.
+    /// How long a pairing link works.
     public static let pairingLifetime: Int64 = 10 * 60_000
+    /// How long a used or expired link is remembered, so the page can say which it was.
+    static let pairingMemory: Int64 = 7 * 86_400_000
+    /// `last_seen_at` is written at most this often per device (one write per request would be wasteful).
+    static let lastSeenResolution: Int64 = 60_000
 
     private let database: Mutex<DatabaseBox>
     private let hashingKey: SymmetricKey
     private let clock: any WallClock
-    /// Hashes of live pairing tokens → expiry.
-    private let pairing = Mutex<[[UInt8]: Int64]>([:])
+    /// Device id → the `last_seen_at` last written.
+    private let lastSeenWritten = Mutex<[String: Int64]>([:])
 
-    /// A registry over the `devices` table of the outbox database at `path`; `hashingKey` comes from
-    /// `Outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose)`.
+    /// A registry over the `devices` and `pairing_tokens` tables of the outbox database at `path`;
+    /// `hashingKey` comes from `Outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose)`.
     public init(databasePath: String, hashingKey: SymmetricKey, clock: any WallClock = SystemClock()) throws {
         let database = try Database(path: databasePath)
         try database.execute("PRAGMA busy_timeout = 5000")
@@ -52,45 +86,91 @@ public final class DeviceRegistry: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
-    /// A new one-time pairing token, valid for 10 minutes.
-    public func issuePairingToken() throws -> String {
+    /// A new one-time pairing link secret, valid for 10 minutes. Any number may be live at once.
+    public func issuePairingToken() throws -> PairingToken {
         let token = try Self.newToken()
-        let expiry = clock.nowMilliseconds() + Self.pairingLifetime
-        pairing.withLock { $0[hash(token)] = expiry }
-        return token
+        let now = clock.nowMilliseconds()
+        let expiry = now + Self.pairingLifetime
+        try database.withLock { box in
+            try box.database.write { database in
+                try database.run("DELETE FROM pairing_tokens WHERE expires_at < ?",
+                                 [.integer(now - Self.pairingMemory)])
+                try database.run("INSERT INTO pairing_tokens (token_hash, created_at, expires_at) VALUES (?, ?, ?)",
+                                 [.blob(hash(token)), .integer(now), .integer(expiry)])
+            }
+        }
+        return PairingToken(token: token, expiresAt: expiry)
     }
 
-    /// Exchanges a pairing token for a device token; nil if the pairing token is unknown, used or expired.
-    public func pair(pairingToken: String, deviceName: String) throws -> String? {
+    /// Exchanges a pairing token for a new device named `deviceName`. The token is spent in the same
+    /// transaction that stores the device, so two phones racing with one link get one device.
+    public func pair(pairingToken: String, deviceName: String) throws -> PairOutcome {
+        guard !pairingToken.isEmpty, pairingToken.utf8.count <= 128 else { return .unknown }
         let now = clock.nowMilliseconds()
         let key = hash(pairingToken)
-        let valid = pairing.withLock { tokens -> Bool in
-            tokens = tokens.filter { $0.value > now }
-            return tokens.removeValue(forKey: key) != nil  // single use, even when the exchange fails below
-        }
-        guard valid else { return nil }
-        let deviceToken = try Self.newToken()
         let name = String(SubjectLine.sanitized(deviceName).prefix(60))
-        try database.withLock { box in
-            try box.database.run("INSERT INTO devices (id, name, token_hash, created_at) VALUES (?, ?, ?, ?)",
-                                 [.text(UUID().uuidString.lowercased()), .text(name.isEmpty ? "device" : name),
-                                  .blob(hash(deviceToken)), .integer(now)])
+        return try database.withLock { box in
+            try box.database.write { database -> PairOutcome in
+                guard let (expiresAt, usedAt) = try database.statement(
+                    "SELECT expires_at, used_at FROM pairing_tokens WHERE token_hash = ?"
+                ).firstRow([.blob(key)], { ($0.int64(0), $0.optionalInt64(1)) }) else { return .unknown }
+                if usedAt != nil { return .used }
+                if expiresAt <= now { return .expired }
+                try database.run("UPDATE pairing_tokens SET used_at = ? WHERE token_hash = ?",
+                                 [.integer(now), .blob(key)])
+                let deviceToken = try Self.newToken()
+                let device = Device(id: UUID().uuidString.lowercased(), name: name.isEmpty ? "Device" : name,
+                                    createdAt: now, lastSeenAt: now, revokedAt: nil)
+                try database.run(
+                    "INSERT INTO devices (id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)",
+                    [.text(device.id), .text(device.name), .blob(hash(deviceToken)), .integer(now), .integer(now)])
+                return .paired(device: device, token: deviceToken)
+            }
         }
-        return deviceToken
+    }
+
+    /// What `deviceToken` is: a paired device's, a revoked device's, or nothing of ours.
+    public func check(deviceToken: String) -> TokenCheck {
+        guard !deviceToken.isEmpty, deviceToken.utf8.count <= 128 else { return .unknown }
+        let presented = hash(deviceToken)
+        let now = clock.nowMilliseconds()
+        let found = database.withLock { box -> (id: String, stored: [UInt8], revoked: Bool)? in
+            try? box.database.statement(
+                "SELECT id, token_hash, revoked_at IS NOT NULL FROM devices WHERE token_hash = ?"
+            ).firstRow([.blob(presented)]) { row in (row.text(0) ?? "", row.blob(1) ?? [], row.int64(2) != 0) }
+        }
+        guard let found, HMAC.constantTimeEquals(found.stored, presented) else { return .unknown }
+        if found.revoked { return .revoked(found.id) }
+        noteSeen(id: found.id, now: now)
+        return .valid(found.id)
     }
 
     /// The device a bearer token belongs to, if it is valid and not revoked.
     public func verify(deviceToken: String) -> String? {
-        guard !deviceToken.isEmpty, deviceToken.utf8.count <= 128 else { return nil }
-        let presented = hash(deviceToken)
-        let now = clock.nowMilliseconds()
-        return database.withLock { box -> String? in
-            guard let (id, stored) = try? box.database.statement(
-                "SELECT id, token_hash FROM devices WHERE token_hash = ? AND revoked_at IS NULL"
-            ).firstRow([.blob(presented)], { row in (row.text(0) ?? "", row.blob(1) ?? []) }) ?? nil,
-                  HMAC.constantTimeEquals(stored, presented) else { return nil }
+        if case .valid(let id) = check(deviceToken: deviceToken) { return id }
+        return nil
+    }
+
+    /// Records that `id` was seen, writing at most once a minute per device.
+    private func noteSeen(id: String, now: Int64) {
+        let due = lastSeenWritten.withLock { written -> Bool in
+            if let last = written[id], now - last < Self.lastSeenResolution { return false }
+            if written.count > 10_000 { written.removeAll() }
+            written[id] = now
+            return true
+        }
+        guard due else { return }
+        database.withLock { box in
             try? box.database.run("UPDATE devices SET last_seen_at = ? WHERE id = ?", [.integer(now), .text(id)])
-            return id
+        }
+    }
+
+    /// One device by its exact id.
+    public func device(id: String) throws -> Device? {
+        try database.withLock { box in
+            try box.database.statement(
+                "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices WHERE id = ?"
+            ).firstRow([.text(id)]) { Self.device($0) }
         }
     }
 
@@ -99,23 +179,42 @@ public final class DeviceRegistry: Sendable {
         try database.withLock { box in
             try box.database.statement(
                 "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices ORDER BY created_at DESC"
-            ).rows { row in
-                Device(id: row.text(0) ?? "", name: row.text(1) ?? "", createdAt: row.int64(2),
-                       lastSeenAt: row.optionalInt64(3), revokedAt: row.optionalInt64(4))
-            }
+            ).rows { Self.device($0) }
         }
+    }
+
+    private static func device(_ row: Row) -> Device {
+        Device(id: row.text(0) ?? "", name: row.text(1) ?? "", createdAt: row.int64(2),
+               lastSeenAt: row.optionalInt64(3), revokedAt: row.optionalInt64(4))
+    }
+
+    /// The one device whose id is `id` or starts with it (and, with `activeOnly`, is not revoked).
+    private func uniqueMatch(_ database: Database, id: String, activeOnly: Bool) throws -> String? {
+        guard !id.isEmpty, id.utf8.count <= 64 else { return nil }
+        let sql = "SELECT id FROM devices WHERE substr(id, 1, length(?1)) = ?1"
+            + (activeOnly ? " AND revoked_at IS NULL" : "")
+        let matches = try database.statement(sql).rows([.text(id.lowercased())]) { $0.text(0) ?? "" }
+        return matches.count == 1 ? matches[0] : nil
     }
 
     /// Revokes a device (by id or unique id prefix); false if none matched.
     public func revoke(id: String) throws -> Bool {
         let now = clock.nowMilliseconds()
         return try database.withLock { box in
-            let matches = try box.database.statement(
-                "SELECT id FROM devices WHERE id LIKE ? || '%' AND revoked_at IS NULL")
-                .rows([.text(id)]) { $0.text(0) ?? "" }
-            guard matches.count == 1, !id.isEmpty else { return false }
-            try box.database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(matches[0])])
+            guard let match = try uniqueMatch(box.database, id: id, activeOnly: true) else { return false }
+            try box.database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(match)])
             return true
+        }
+    }
+
+    /// Renames a device (by id or unique id prefix); nil if none matched, else the stored name.
+    public func rename(id: String, to name: String) throws -> String? {
+        let cleaned = String(SubjectLine.sanitized(name).prefix(60))
+        guard !cleaned.isEmpty else { return nil }
+        return try database.withLock { box in
+            guard let match = try uniqueMatch(box.database, id: id, activeOnly: false) else { return nil }
+            try box.database.run("UPDATE devices SET name = ? WHERE id = ?", [.text(cleaned), .text(match)])
+            return cleaned
         }
     }
 

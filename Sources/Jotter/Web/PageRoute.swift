@@ -29,19 +29,24 @@ struct PageRoute: Sendable {
     let reusableCompressed: [String: ReusableResponse]
     let contentSecurityPolicy: String
 
+    /// LAN mode: the page asks for client hints, so a phone's device name can say "Android — Pixel 8".
+    let lan: Bool
+
     /// Reads the template and translations from `publicDirectory`.
-    init(publicDirectory: String, projectURL: String = PageRoute.defaultProjectURL) throws {
+    init(publicDirectory: String, projectURL: String = PageRoute.defaultProjectURL, lan: Bool = false) throws {
         guard let data = FileManager.default.contents(atPath: publicDirectory + "/index.html") else {
             throw LoadError.missing(path: publicDirectory + "/index.html")
         }
         let localization = try Localization(directory: publicDirectory + "/i18n")
         self.init(template: String(decoding: data, as: UTF8.self), localization: localization,
-                  projectURL: projectURL)
+                  projectURL: projectURL, lan: lan)
     }
 
     /// Renders `template` for every available language.
-    init(template: String, localization: Localization, projectURL: String = PageRoute.defaultProjectURL) {
+    init(template: String, localization: Localization, projectURL: String = PageRoute.defaultProjectURL,
+         lan: Bool = false) {
         self.localization = localization
+        self.lan = lan
         var pages: [String: [UInt8]] = [:]
         let english = localization.strings[Localization.fallback] ?? [:]
         for tag in localization.available {
@@ -49,6 +54,7 @@ struct PageRoute: Sendable {
             values["lang"] = tag
             values["dir"] = Localization.rightToLeft.contains(tag) ? "rtl" : "ltr"
             values["projectURL"] = projectURL
+            values["mode"] = lan ? "lan" : "local"
             pages[tag] = Array(Self.render(template, values: values).utf8)
         }
         self.pages = pages
@@ -83,6 +89,7 @@ struct PageRoute: Sendable {
             "Vary": "Accept-Language, Accept-Encoding",
             "Content-Security-Policy": contentSecurityPolicy,
         ]
+        if lan { headers.add(name: "Accept-CH", value: "Sec-CH-UA-Model, Sec-CH-UA-Platform") }
         // Same language and encoding, same bytes and headers (the router adds only constant ones): each
         // variant's response is built once.
         if Self.acceptsGzip(request.headers["Accept-Encoding"]), let compressed = compressedPages[tag] {

@@ -1,82 +1,190 @@
 import Foundation
 
-/// What main prints in LAN mode.
+/// The certificate authority a phone trusts once (LAN mode over HTTPS): what the pairing screen offers.
+public struct TrustAnchor: Sendable {
+    /// SHA-256 of the CA certificate, `AB:CD:…`, to compare with what the phone shows.
+    public var fingerprint: String
+    /// The CA certificate, DER (`/jotter-ca.crt`, for Android).
+    public var certificate: [UInt8]
+    /// An iOS configuration profile holding the CA (`/jotter-ca.mobileconfig`).
+    public var mobileConfig: [UInt8]
+
+    /// Where the page downloads it.
+    static let certificatePath = "/jotter-ca.crt", mobileConfigPath = "/jotter-ca.mobileconfig"
+}
+
+/// What main prints in LAN mode, and what pairing links are made of.
 public struct LANInfo: Sendable {
     /// The machine's LAN addresses.
     public var addresses: [String]
     /// `https` (or `http` with `--insecure-http`).
     public var scheme: String
-    /// The certificate's SHA-256 fingerprint, to compare with what the phone shows.
+    /// The fingerprint to compare: the local CA's (what the phone installs), else the certificate's.
     public var fingerprint: String?
-    /// The one-time pairing token (10 minutes).
+    /// The local CA, when serving HTTPS.
+    public var trustAnchor: TrustAnchor?
+    /// The pairing token printed at start (10 minutes, one use); more come from `jotter pair` or the page.
     public var pairingToken: String
     /// The bound port.
     public var port = 0
 
     /// `https://ADDRESS:PORT/#pair=TOKEN` for each address: the fragment never reaches a server log.
-    public var pairingURLs: [String] {
-        addresses.map { "\(scheme)://\($0):\(port)/#pair=\(pairingToken)" }
+    public var pairingURLs: [String] { links(token: pairingToken) }
+
+    /// The pairing links for `token`, one per LAN address.
+    public func links(token: String) -> [String] {
+        addresses.map { "\(scheme)://\(Self.hostPart($0)):\(port)/#pair=\(token)" }
+    }
+
+    /// `[v6]` in brackets, anything else as it is.
+    static func hostPart(_ address: String) -> String {
+        address.contains(":") ? "[\(address)]" : address
     }
 }
 
-/// `POST /pair` `{"pairing_token": "…", "name": "…"}` → `201 {"device_token": "…"}`.
+/// The pairing routes (LAN mode):
+/// - `GET /pairing` — where this device stands (paired, not paired, revoked), for the page;
+/// - `POST /pair` `{"pairing_token": "…"}` → `201 {"device_token", "device_id", "name"}`;
+/// - `POST /pair/link` — a fresh one-time link and its QR code, for the computer's own page only;
+/// - `GET /jotter-ca.crt`, `GET /jotter-ca.mobileconfig` — the CA for the phone to trust.
 struct PairRoute: Sendable {
     let devices: DeviceRegistry
     let policy: RequestPolicy
+    let lan: LANInfo
 
     private struct Body: Decodable {
         var pairing_token: String
         var name: String?
     }
 
+    /// `POST /pair`.
     func handle(_ request: HTTPRequest) -> HTTPResponse {
         guard let body = try? JSONDecoder().decode(Body.self, from: Data(request.body)) else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
+        let given = body.name.map { SubjectLine.sanitized($0) } ?? ""
+        let name = given.isEmpty ? DeviceName.from(request.headers) : given
         do {
-            guard let token = try devices.pair(pairingToken: body.pairing_token, deviceName: body.name ?? "device")
-            else {
-                return policy.failedAttempt(client: request.remoteAddress)
+            switch try devices.pair(pairingToken: body.pairing_token, deviceName: name) {
+            case .paired(let device, let token):
+                var json = JSONWriter()
+                json.object {
+                    $0.field("device_token", token)
+                    $0.field("device_id", device.id)
+                    $0.field("name", device.name)
+                }
+                return .json(201, json.bytes)
+            case .used:
+                return .error(410, code: "pairing_link_used",
+                              message: "This pairing link was already used. Get a new one on the computer.")
+            case .expired:
+                return .error(410, code: "pairing_link_expired",
+                              message: "This pairing link has expired (links work for 10 minutes). "
+                                + "Get a new one on the computer.")
+            case .unknown:
+                return policy.failedAttempt(client: request.remoteAddress, code: "pairing_link_invalid",
+                                            message: "This pairing link is not valid here.")
             }
-            var json = JSONWriter()
-            json.object { $0.field("device_token", token) }
-            return .json(201, json.bytes)
         } catch {
             return .error(503, code: "storage_unavailable", message: "The device could not be stored.")
         }
     }
-}
 
-/// The machine's addresses and names, for LAN mode.
-enum NetworkInterfaces {
-    /// IPv4 addresses of interfaces that are up and not loopback.
-    static func lanAddresses() -> [String] {
-        var list: UnsafeMutablePointer<ifaddrs>?
-        guard getifaddrs(&list) == 0 else { return [] }
-        defer { freeifaddrs(list) }
-        var addresses: [String] = []
-        var cursor = list
-        while let entry = cursor {
-            cursor = entry.pointee.ifa_next
-            guard let address = entry.pointee.ifa_addr, Int32(address.pointee.sa_family) == AF_INET,
-                  entry.pointee.ifa_flags & UInt32(IFF_UP) != 0,
-                  entry.pointee.ifa_flags & UInt32(IFF_LOOPBACK) == 0 else { continue }
-            var buffer = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
-            var inet = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
-            inet_ntop(AF_INET, &inet, &buffer, socklen_t(buffer.count))
-            let text = String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
-            if !addresses.contains(text) { addresses.append(text) }
+    /// `GET /pairing`: the page asks where it stands, and whether it may offer "Pair a phone".
+    func state(_ request: HTTPRequest) -> HTTPResponse {
+        let loopback = RequestPolicy.isLoopbackPeer(request.remoteAddress)
+        var device: DeviceRegistry.Device?
+        let state: String
+        switch policy.bearerCheck(request, devices: devices) {
+        case .valid(let id):
+            device = try? devices.device(id: id)
+            state = "paired"
+        case .revoked:
+            state = "revoked"
+        case .unknown:
+            let refusal = policy.failedAttempt(client: request.remoteAddress)
+            if refusal.status == 429 { return refusal }
+            state = "invalid"
+        case .absent:
+            state = loopback && policy.trustsLoopback ? "this_machine" : "not_paired"
         }
-        return addresses
+        var json = JSONWriter()
+        json.object { object in
+            object.field("state", state)
+            object.key("device")
+            if let device {
+                object.object {
+                    $0.field("id", device.id)
+                    $0.field("name", device.name)
+                }
+            } else {
+                object.null()
+            }
+            object.field("can_pair_others", loopback)
+            writeTrustAnchor(&object)
+        }
+        return .json(200, json.bytes)
     }
 
-    /// This machine's host name and its mDNS form (`name.local`).
-    static func hostNames() -> [String] {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard gethostname(&buffer, buffer.count) == 0 else { return [] }
-        let name = String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
-            .lowercased()
-        guard !name.isEmpty, name != "localhost" else { return [] }
-        return name.hasSuffix(".local") ? [name] : [name, name + ".local"]
+    /// `POST /pair/link`: a fresh link (any number may be live), for a page on this machine only.
+    func link(_ request: HTTPRequest) -> HTTPResponse {
+        guard RequestPolicy.isLoopbackPeer(request.remoteAddress) else {
+            return .error(403, code: "not_this_machine",
+                          message: "Pairing links are issued only to the Jotter page on the computer itself.")
+        }
+        let issued: DeviceRegistry.PairingToken
+        do {
+            issued = try devices.issuePairingToken()
+        } catch {
+            return .error(503, code: "storage_unavailable", message: "The pairing link could not be stored.")
+        }
+        var lan = self.lan
+        lan.port = policy.boundPort
+        let urls = lan.links(token: issued.token)
+        var json = JSONWriter()
+        json.object { object in
+            object.field("url", urls.first)
+            object.key("urls")
+            object.array { array in urls.forEach { array.value($0) } }
+            object.field("token", issued.token)
+            object.field("expires_at", Timestamp.iso8601(milliseconds: issued.expiresAt))
+            object.field("qr_svg", urls.first.flatMap(QRCode.svg))
+            writeTrustAnchor(&object)
+        }
+        return .json(201, json.bytes)
     }
+
+    private func writeTrustAnchor(_ object: inout JSONWriter) {
+        object.key("ca")
+        guard let anchor = lan.trustAnchor else {
+            object.null()
+            return
+        }
+        object.object {
+            $0.field("fingerprint", anchor.fingerprint)
+            $0.field("crt", TrustAnchor.certificatePath)
+            $0.field("mobileconfig", TrustAnchor.mobileConfigPath)
+        }
+    }
+
+    /// `GET /jotter-ca.crt` (DER: what Android's "Install a certificate" takes).
+    func certificate() -> HTTPResponse {
+        guard let anchor = lan.trustAnchor else { return Self.noAnchor }
+        return HTTPResponse(status: 200, headers: [
+            "Content-Type": "application/x-x509-ca-cert",
+            "Content-Disposition": "attachment; filename=\"jotter-ca.crt\"",
+        ], body: anchor.certificate)
+    }
+
+    /// `GET /jotter-ca.mobileconfig` (iOS installs it from Settings → Profile Downloaded).
+    func mobileConfig() -> HTTPResponse {
+        guard let anchor = lan.trustAnchor else { return Self.noAnchor }
+        return HTTPResponse(status: 200, headers: [
+            "Content-Type": "application/x-apple-aspen-config",
+            "Content-Disposition": "attachment; filename=\"jotter-ca.mobileconfig\"",
+        ], body: anchor.mobileConfig)
+    }
+
+    private static let noAnchor = HTTPResponse.error(
+        404, code: "no_certificate_authority", message: "This server does not serve HTTPS with a local CA.")
 }

@@ -35,6 +35,9 @@ public final class RequestPolicy: Sendable {
         self.port.store(port, ordering: .releasing)
     }
 
+    /// The port the server bound (0 before start).
+    var boundPort: Int { port.load(ordering: .acquiring) }
+
     private static func normalized(_ host: String) -> String {
         var host = host.lowercased()
         if host.hasSuffix(".") { host.removeLast() }
@@ -56,36 +59,63 @@ public final class RequestPolicy: Sendable {
         return nil
     }
 
-    /// In LAN mode: a valid device token, or `401` (and `429` after repeated failures from one client).
+    /// In LAN mode: a valid device token, or `401` saying why (not paired, revoked, not ours). Only a
+    /// presented-but-wrong token is a guess and counts toward the lockout; a missing token is absence.
     private func tokenRefusal(_ request: HTTPRequest, devices: DeviceRegistry) -> HTTPResponse? {
-        let authorization = request.headers.values("Authorization")
-        if authorization.count == 1, let value = authorization.first, value.hasPrefix("Bearer "),
-           devices.verify(deviceToken: String(value.dropFirst(7)).trimmingASCIISpaces().description) != nil {
-            return nil
+        switch bearerCheck(request, devices: devices) {
+        case .valid: return nil
+        case .absent: return Self.unauthorized("not_paired", "This device is not paired yet: scan the code on "
+                                                   + "the computer's Jotter page, or run 'jotter pair' there.")
+        case .revoked: return Self.unauthorized("device_revoked", "This device was unpaired; pair it again.")
+        case .unknown: return failedAttempt(client: request.remoteAddress)
         }
-        return failedAttempt(client: request.remoteAddress)
+    }
+
+    /// What a request's `Authorization` says about its device.
+    enum Bearer: Equatable {
+        case absent
+        case valid(String)
+        case revoked(String)
+        case unknown
+    }
+
+    /// Reads `Authorization: Bearer TOKEN` (the scheme in any case, RFC 9110 §11.1).
+    func bearerCheck(_ request: HTTPRequest, devices: DeviceRegistry) -> Bearer {
+        let authorization = request.headers.values("Authorization")
+        guard !authorization.isEmpty else { return .absent }
+        guard authorization.count == 1, let value = authorization.first, value.utf8.count > 7,
+              String(value.prefix(7)).caseInsensitiveEquals("Bearer ") else { return .unknown }
+        switch devices.check(deviceToken: String(String(value.dropFirst(7)).trimmingASCIISpaces())) {
+        case .valid(let id): return .valid(id)
+        case .revoked(let id): return .revoked(id)
+        case .unknown: return .unknown
+        }
+    }
+
+    private static func unauthorized(_ code: String, _ message: String) -> HTTPResponse {
+        var response = HTTPResponse.error(401, code: code, message: message)
+        response.headers.add(name: "WWW-Authenticate", value: "Bearer")
+        return response
     }
 
     /// Counts a failed token or pairing attempt: `401`, or `429` once the client has failed too often.
-    func failedAttempt(client: String) -> HTTPResponse {
+    func failedAttempt(client: String, code: String = "invalid_token",
+                       message: String = "This device token is not valid here; pair this device again.") -> HTTPResponse {
         if let seconds = failedAttempts.retryAfter(client: client) {
             var response = HTTPResponse.error(429, code: "too_many_attempts",
                                               message: "Too many failed attempts; wait before trying again.")
             response.headers.add(name: "Retry-After", value: String(seconds))
             return response
         }
-        var response = HTTPResponse.error(401, code: "unauthorized",
-                                          message: "Pair this device first: scan the code the server printed.")
-        response.headers.add(name: "WWW-Authenticate", value: "Bearer")
-        return response
+        return Self.unauthorized(code, message)
     }
 
     /// What a device may fetch before pairing: the page and its files, and the pairing exchange.
     static func isPublic(_ request: HTTPRequest) -> Bool {
-        if request.method == "POST" { return request.path == "/pair" }
+        if request.method == "POST" { return request.path == "/pair" || request.path == "/pair/link" }
         guard request.method == "GET" || request.method == "HEAD" else { return false }
         let path = request.path
-        if path == "/" || path == "/about" || path.hasPrefix("/i18n/") { return true }
+        if path == "/" || path == "/about" || path == "/pairing" || path.hasPrefix("/i18n/") { return true }
         // Top-level files of Public/ (manifest, icons): a name with an extension, no further slash.
         let name = path.dropFirst()
         return path.hasPrefix("/") && !name.contains("/") && name.contains(".")

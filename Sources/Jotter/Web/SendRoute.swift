@@ -26,7 +26,7 @@ struct SendRoute: Sendable {
         } catch {
             // A person who pressed Send on an empty page without JavaScript gets the page back, not JSON.
             if error == .empty && Self.isFormNavigation(request) {
-                respond(HTTPResponse(status: 303, headers: ["Location": "/"]))
+                respond(HTTPResponse(status: 303, headers: ["Location": Self.pageLocation(request)]))
             } else {
                 respond(error.response)
             }
@@ -44,7 +44,7 @@ struct SendRoute: Sendable {
             switch result {
             case .success(let outcome):
                 var response = navigation
-                    ? HTTPResponse(status: 303, headers: ["Location": "/"])
+                    ? HTTPResponse(status: 303, headers: ["Location": Self.pageLocation(request)])
                     : HTTPResponse(status: 204)
                 response.headers.add(name: "X-Message-Id", value: outcome.id)
                 response.messageID = outcome.id
@@ -64,6 +64,14 @@ struct SendRoute: Sendable {
                 respond(response)
             }
         }
+    }
+
+    /// Where a no-JavaScript form post returns: the page, in the language it was sent from (`?lang=`).
+    static func pageLocation(_ request: HTTPRequest) -> String {
+        guard let lang = request.queryValue("lang"), (1...16).contains(lang.utf8.count),
+              lang.utf8.allSatisfy({ $0 == 0x2D || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0)
+                  || (0x61...0x7A).contains($0) }) else { return "/" }
+        return "/?lang=" + lang
     }
 
     /// A top-level form submission from a browser (rather than `fetch` or a script).

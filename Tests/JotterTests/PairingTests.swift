@@ -1,0 +1,293 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// The phone's journey at the HTTP level (issue 8): links on demand, states a page can show, guesses
+/// counted but absence not, device names, `jotter pair` and `jotter devices rename`.
+@Suite struct PairingTests {
+    /// LAN mode over plain HTTP on loopback, with loopback not trusted, so loopback plays the phone.
+    static func lanServer(_ directory: TemporaryDirectory, clock: any WallClock = SystemClock(),
+                          https: Bool = false) throws -> TestServer {
+        try TestServer(dataDirectory: directory.file("data"), clock: clock) {
+            $0.lan = true
+            $0.insecureHTTP = !https
+            $0.lanTrustsLoopback = false
+            $0.http.host = "127.0.0.1"
+        }
+    }
+
+    static let iPhone = "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 "
+        + "(KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1"
+    static let pixel = "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+        + "Chrome/131.0.0.0 Mobile Safari/537.36"
+
+    static func send(_ server: TestServer, token: String?) throws -> RawHTTP.Response {
+        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")]
+            + (token.map { [("Authorization", "Bearer \($0)")] } ?? []), body: Array("from the phone".utf8))
+    }
+
+    static func pair(_ server: TestServer, _ token: String, userAgent: String = pixel,
+                     extra: [(String, String)] = []) throws -> RawHTTP.Response {
+        try server.request("POST", "/pair", headers: [("Content-Type", "application/json"),
+                                                      ("User-Agent", userAgent)] + extra,
+                           body: Array("{\"pairing_token\":\"\(token)\"}".utf8))
+    }
+
+    /// A fresh link, as the computer's page asks for one.
+    static func newLink(_ server: TestServer) throws -> [String: Any] {
+        let response = try server.request("POST", "/pair/link", headers: [("Origin", "http://127.0.0.1:\(server.port)")])
+        #expect(response.status == 201, "POST /pair/link: \(response.status) \(response.text)")
+        return try #require(response.json as? [String: Any])
+    }
+
+    static func deviceToken(_ response: RawHTTP.Response) throws -> String {
+        try #require((response.json as? [String: Any])?["device_token"] as? String, "pairing failed: \(response.text)")
+    }
+
+    static func state(_ server: TestServer, token: String?) throws -> [String: Any] {
+        let response = try server.request("GET", "/pairing",
+                                          headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
+        #expect(response.status == 200)
+        return try #require(response.json as? [String: Any])
+    }
+
+    @Test("An unpaired phone that keeps trying is never locked out, and pairs at any moment")
+    func absenceIsNotAGuess() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        for _ in 0..<30 {
+            let refused = try Self.send(server, token: nil)
+            #expect(refused.status == 401 && refused.errorCode == "not_paired")
+            #expect(refused.header("WWW-Authenticate") == "Bearer")
+        }
+        #expect(try server.request("GET", "/history").errorCode == "not_paired")
+        let link = try Self.newLink(server)
+        let token = try Self.deviceToken(try Self.pair(server, try #require(link["token"] as? String)))
+        #expect(try Self.send(server, token: token).status == 204)
+    }
+
+    @Test("A revoked device is told so, and its requests are not counted as guesses")
+    func revokedIsNotAGuess() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let token = try Self.deviceToken(try Self.pair(server, try registry.issuePairingToken().token))
+        let id = try #require(try registry.list().first?.id)
+        #expect(try registry.revoke(id: id))
+        for _ in 0..<15 {
+            let refused = try Self.send(server, token: token)
+            #expect(refused.status == 401 && refused.errorCode == "device_revoked")
+        }
+        #expect(try Self.state(server, token: token)["state"] as? String == "revoked")
+        // Pairing again with a new link works, and a wrong token is a guess with its own code.
+        let again = try Self.deviceToken(try Self.pair(server, try registry.issuePairingToken().token))
+        #expect(try Self.send(server, token: again).status == 204)
+        #expect(try Self.send(server, token: "not-a-token").errorCode == "invalid_token")
+        #expect(try Self.send(server, token: nil).errorCode == "not_paired")
+    }
+
+    @Test("Any number of links: a second phone pairs with a second link while the first stays paired")
+    func secondPhoneSecondLink() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let first = try Self.newLink(server), second = try Self.newLink(server)
+        let firstToken = try #require(first["token"] as? String), secondToken = try #require(second["token"] as? String)
+        #expect(firstToken != secondToken)
+        let phone1 = try Self.deviceToken(try Self.pair(server, firstToken, userAgent: Self.iPhone))
+        let phone2 = try Self.deviceToken(try Self.pair(server, secondToken))
+        #expect(try Self.send(server, token: phone1).status == 204)
+        #expect(try Self.send(server, token: phone2).status == 204)
+        let names = try #require(server.application.devices).list().map(\.name).sorted()
+        #expect(names == ["Android — Pixel 8", "iPhone"])
+        let reused = try Self.pair(server, firstToken)
+        #expect(reused.status == 410 && reused.errorCode == "pairing_link_used")
+        #expect(try Self.send(server, token: phone1).status == 204, "the first phone stays paired")
+    }
+
+    @Test("Two phones racing with one link: exactly one device")
+    func oneLinkOneDevice() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let token = try #require(server.application.devices).issuePairingToken().token
+        let statuses = Mutex<[Int]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let status = (try? Self.pair(server, token).status) ?? -1
+            statuses.withLock { $0.append(status) }
+        }
+        let all = statuses.withLock { $0 }.sorted()
+        #expect(all == [201] + Array(repeating: 410, count: 7), "\(all)")
+        #expect(try #require(server.application.devices).list().count == 1)
+    }
+
+    @Test("GET /pairing tells the page where it stands")
+    func pairingState() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let unpaired = try Self.state(server, token: nil)
+        #expect(unpaired["state"] as? String == "not_paired")
+        #expect(unpaired["can_pair_others"] as? Bool == true, "a loopback page may offer pairing")
+        #expect(unpaired["ca"] is NSNull, "plain HTTP has no CA to offer")
+        let registry = try #require(server.application.devices)
+        let hinted = try Self.pair(server, try registry.issuePairingToken().token,
+                                   userAgent: "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 Chrome/131.0",
+                                   extra: [("Sec-CH-UA-Model", "\"Pixel 9 Pro\""), ("Sec-CH-UA-Platform", "\"Android\"")])
+        #expect((hinted.json as? [String: Any])?["name"] as? String == "Android — Pixel 9 Pro")
+        let token = try Self.deviceToken(hinted)
+        let paired = try Self.state(server, token: token)
+        #expect(paired["state"] as? String == "paired")
+        #expect((paired["device"] as? [String: Any])?["name"] as? String == "Android — Pixel 9 Pro")
+        #expect(try Self.state(server, token: "forged")["state"] as? String == "invalid")
+        #expect(!server.logs.captured.contains(token))
+    }
+
+    @Test("Pairing links are issued only to a page on this machine")
+    func linksOnlyForThisMachine() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let application = server.application
+        let route = PairRoute(devices: try #require(application.devices), policy: application.policy,
+                              lan: try #require(application.lanInfo))
+        let fromLAN = HTTPRequest(method: "POST", path: "/pair/link", headers: ["Host": "192.168.1.20:\(server.port)"],
+                                  remoteAddress: "192.168.1.33")
+        let refused = route.link(fromLAN)
+        #expect(refused.status == 403)
+        let crossSite = try server.request("POST", "/pair/link", headers: [("Origin", "http://evil.example")])
+        #expect(crossSite.status == 403 && crossSite.errorCode == "cross_origin")
+        let link = try Self.newLink(server)
+        let urls = try #require(link["urls"] as? [String])
+        let token = try #require(link["token"] as? String)
+        #expect(urls.allSatisfy { $0.hasPrefix("http://") && $0.hasSuffix("/#pair=" + token) })
+        if let url = link["url"] as? String {
+            #expect(url == urls.first)
+            #expect((link["qr_svg"] as? String)?.hasPrefix("<svg") == true)
+        } else {
+            #expect(urls.isEmpty, "url is null only without a LAN address")
+        }
+        #expect((link["expires_at"] as? String)?.hasSuffix("Z") == true)
+        #expect(!server.logs.captured.contains(token))
+    }
+
+    @Test("Outside LAN mode the pairing routes are 404")
+    func notLANMode() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        for (method, path) in [("GET", "/pairing"), ("POST", "/pair/link"), ("GET", "/jotter-ca.crt")] {
+            let response = try server.request(method, path)
+            #expect(response.status == 404 && response.errorCode == "not_lan_mode", "\(method) \(path)")
+        }
+        #expect(try server.request("GET", "/").header("Accept-CH") == nil)
+    }
+
+    @Test("In LAN mode the page asks for client hints (the device name's model)")
+    func pageAsksForClientHints() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let page = try server.request("GET", "/")
+        #expect(page.status == 200)
+        #expect(page.header("Accept-CH")?.contains("Sec-CH-UA-Model") == true)
+    }
+
+    @Test("Without JavaScript, a send from ?lang=de comes back to the German page")
+    func noScriptSendKeepsLanguage() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let form = [("Content-Type", "application/x-www-form-urlencoded"), ("Sec-Fetch-Mode", "navigate"),
+                    ("Sec-Fetch-Site", "same-origin"), ("Origin", "http://127.0.0.1:\(server.port)")]
+        let sent = try server.request("POST", "/?lang=de", headers: form, body: Array("subject=&body=Milch".utf8))
+        #expect(sent.status == 303)
+        #expect(sent.header("Location") == "/?lang=de")
+        let empty = try server.request("POST", "/?lang=de", headers: form, body: Array("subject=&body=".utf8))
+        #expect(empty.status == 303 && empty.header("Location") == "/?lang=de")
+        let hostile = try server.request("POST", "/?lang=de%0d%0aSet-Cookie:x", headers: form,
+                                         body: Array("body=x".utf8))
+        #expect(hostile.header("Location") == "/")
+    }
+}
+
+@Suite struct PairCommandTests {
+    @Test("jotter pair prints a fresh link that the running server accepts; without a server it says so")
+    func pairAgainstARunningServer() throws {
+        let directory = TemporaryDirectory()
+        let server = try PairingTests.lanServer(directory)
+        let data = directory.file("data")
+        let printed = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
+        #expect(printed.status == 0, "\(printed.standardError)")
+        let output = printed.standardOutput
+        if server.application.lanInfo?.addresses.isEmpty == false {
+            let range = try #require(output.range(of: #"#pair=[A-Za-z0-9_-]+"#, options: .regularExpression),
+                                     "no link in: \(output)")
+            let token = String(output[range].dropFirst(6))
+            #expect(token != server.application.lanInfo?.pairingToken, "a fresh token, not the one printed at start")
+            #expect(output.contains(":\(server.port)/#pair="))
+            let paired = try PairingTests.pair(server, token)
+            #expect(paired.status == 201, "the running server accepts a link from jotter pair: \(paired.text)")
+            let second = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
+            #expect(second.status == 0 && second.standardOutput != output, "each run prints a new link")
+        } else {
+            #expect(output.contains("No LAN address"))
+        }
+
+        // Rename the device from the command line while the server runs.
+        if let id = try server.application.devices?.list().first?.id {
+            let renamed = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", data, "rename",
+                                                                String(id.prefix(8)), "Ana's", "phone"])
+            #expect(renamed.status == 0, "\(renamed.standardError)")
+            #expect(try server.application.devices?.device(id: id)?.name == "Ana's phone")
+            let listed = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", data])
+            #expect(listed.standardOutput.contains("Ana's phone"))
+        }
+        server.stop()
+
+        let stopped = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
+        #expect(stopped.status == 1)
+        #expect(stopped.standardError.contains("no Jotter server in LAN mode is running"))
+        let nowhere = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", directory.file("typo")])
+        #expect(nowhere.status == 1)
+        #expect(!FileManager.default.fileExists(atPath: directory.file("typo")), "nothing created for a typo")
+    }
+}
+
+@Suite struct DeviceNameTests {
+    @Test(arguments: [
+        (PairingTests.iPhone, nil, nil, "iPhone"),
+        ("Mozilla/5.0 (iPad; CPU OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Version/17.0 Safari/604.1", nil, nil,
+         "iPad"),
+        (PairingTests.pixel, nil, nil, "Android — Pixel 8"),
+        ("Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 Chrome/131.0 Mobile Safari/537.36", "\"SM-S918B\"",
+         "\"Android\"", "Android — SM-S918B"),
+        ("Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 Chrome/131.0 Mobile Safari/537.36", nil, nil,
+         "Android"),
+        ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 Version/18.0 Safari/605.1.15", nil,
+         nil, "Mac — Safari"),
+        ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36 Edg/131.0", nil,
+         nil, "Windows — Edge"),
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0", nil, nil, "Linux — Firefox"),
+        ("curl/7.88.1", nil, nil, "Browser"),
+    ] as [(String, String?, String?, String)])
+    func names(agent: String, model: String?, platform: String?, expected: String) {
+        #expect(DeviceName.from(userAgent: agent, model: model, platform: platform) == expected)
+    }
+}
+
+@Suite struct ListeningLineTests {
+    @Test func lanModeNamesTheAddressAPhoneOpens() {
+        var lan = LANInfo(addresses: ["192.168.1.20"], scheme: "https", fingerprint: nil, pairingToken: "t")
+        lan.port = 7373
+        #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: lan)
+            == ["Listening on https://192.168.1.20:7373", "On this computer: https://127.0.0.1:7373"])
+        #expect(LANBanner.listeningLines(host: "127.0.0.1", port: 7373, lan: lan) == ["Listening on https://127.0.0.1:7373"])
+        lan.addresses = []
+        #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: lan) == ["Listening on https://127.0.0.1:7373"])
+        #expect(LANBanner.listeningLines(host: "::1", port: 80, lan: nil) == ["Listening on http://[::1]:80"])
+    }
+}
