@@ -991,11 +991,11 @@ extension LiveServerTests {
             }
         }
 
-        /// Runs the binary to completion (killed after `timeout` seconds).
-        static func run(_ arguments: [String], timeout: Double = 30) throws -> Finished {
-            try #require(FileManager.default.isExecutableFile(atPath: path), "build first: \(path)")
+        /// Runs the binary (or another `executable`) to completion, killed after `timeout` seconds.
+        static func run(_ arguments: [String], executable: String = path, timeout: Double = 30) throws -> Finished {
+            try #require(FileManager.default.isExecutableFile(atPath: executable), "not found or not built: \(executable)")
             let process = Process()
-            process.executableURL = URL(fileURLWithPath: path)
+            process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments
             process.environment = environment()
             process.currentDirectoryURL = URL(fileURLWithPath: NSTemporaryDirectory())
