@@ -391,7 +391,7 @@ def scenario_privacy(page, url, result):
 
 def scenario_nojs(page, url, result):
     page.send("Emulation.setScriptExecutionDisabled", {"value": True})
-    load(page, url)
+    load(page, url + "?lang=de")  # the form's post comes back in the language it was sent from
     memo = "Sent without JavaScript %s" % secrets.token_hex(4)
     result["memo"] = memo
     # The page's script never ran: it would have filled the language list and shown the footer.
@@ -406,7 +406,7 @@ def scenario_nojs(page, url, result):
     page.click(x, y)
     page.wait_lifecycle("load", since=since, timeout=10)
     result["after"] = page.evaluate(
-        "({body: document.getElementById('body').value, location: location.href,"
+        "({body: document.getElementById('body').value, location: location.href, lang: document.documentElement.lang,"
         " active: document.activeElement && document.activeElement.id})")
     result["form_posts"] = [r for r in page.requests if r["method"] == "POST"]
 
