@@ -192,7 +192,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                                   attempt: claimed.attempt)
         do {
             let receipt = try transport.send(message)
-            record { try outbox.markSent(id: claimed.id) }
+            record { try outbox.markSent(id: claimed.id, durable: !transport.repeatsHarmlessly) }
             logger.info("delivered", metadata: [
                 "message.id": claimed.id, "attempt": "\(claimed.attempt)",
                 "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",

@@ -72,4 +72,7 @@ public struct MaildirTransport: Transport {
     private static func failure(_ code: Int32) -> DeliveryFailure {
         DeliveryFailure(.io, permanent: false)
     }
+
+    /// The memo's id is checked before a file is written: a repeat leaves one copy.
+    public var repeatsHarmlessly: Bool { true }
 }

@@ -87,4 +87,7 @@ public final class MarkdownTransport: Transport {
             throw DeliveryFailure(.io, permanent: false)
         }
     }
+
+    /// The memo's id is looked for in the note before an entry is appended: a repeat leaves one copy.
+    public var repeatsHarmlessly: Bool { true }
 }

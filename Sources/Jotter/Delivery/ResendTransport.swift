@@ -98,6 +98,9 @@ public struct ResendTransport: Transport {
         guard let url = URLParts(settings.baseURL) else { return true }
         return TCPProbe.canConnect(host: url.host, port: url.port)
     }
+
+    /// The memo's id goes as `Idempotency-Key`: the API keeps one message per key.
+    public var repeatsHarmlessly: Bool { true }
 }
 
 /// Host and port of an `http(s)://host:port/…` URL.

@@ -20,8 +20,14 @@ public protocol Transport: Sendable {
     /// A cheap check that the destination answers at all (a TCP connect), used while it is unreachable
     /// instead of walking the backoff ladder. Local destinations are always reachable.
     func probe() -> Bool
+
+    /// True when delivering the same message twice leaves one copy (the destination dedupes on
+    /// `message.id`). Then a delivery's outcome need not be fsynced on its own: if power loss undoes
+    /// it, the repeat is harmless. SMTP and sendmail have no such key (DESIGN, "Power loss").
+    var repeatsHarmlessly: Bool { get }
 }
 
 extension Transport {
     public func probe() -> Bool { true }
+    public var repeatsHarmlessly: Bool { false }
 }

@@ -174,6 +174,8 @@ public final class Outbox: @unchecked Sendable {
         var outcomes: [Result<EnqueueOutcome, EnqueueError>] = []
         outcomes.reserveCapacity(batch.count)
         do {
+            // The 204 promise: whatever a bookkeeping write did, an accept commit is fsynced.
+            try writer.execute("PRAGMA synchronous = FULL")
             try writer.write { database in
                 for item in batch {
                     outcomes.append(try insert(item.draft, now: now, into: database))
@@ -245,16 +247,26 @@ public final class Outbox: @unchecked Sendable {
     // MARK: Worker-side writes
 
     /// Runs `body` in a write transaction on the writer queue and waits for it.
-    private func performWrite<T: Sendable>(_ body: @escaping (Database) throws -> T) throws -> T {
+    ///
+    /// `durable: false` is for the worker's bookkeeping after a memo is accepted (claims, leases,
+    /// outcomes): that commit is not fsynced on its own (WAL, `synchronous=NORMAL`) but rides on the next
+    /// durable commit or checkpoint, which syncs the whole log. A power loss can undo such a step, and
+    /// then a delivery is repeated, which every transport makes harmless (the Maildir and markdown check
+    /// the memo's id; the APIs dedupe on it as `Idempotency-Key`; see DESIGN, "Power loss").
+    private func performWrite<T: Sendable>(durable: Bool = true,
+                                           _ body: @escaping (Database) throws -> T) throws -> T {
         try writerQueue.sync {
-            try writer.write(body)
+            if durable { return try writer.write(body) }
+            try writer.execute("PRAGMA synchronous = NORMAL")
+            defer { try? writer.execute("PRAGMA synchronous = FULL") }
+            return try writer.write(body)
         }
     }
 
     /// Claims up to `limit` memos that are due: marks them `sending` with a lease and opens them.
     public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
-        let rows = try performWrite { database in
+        let rows = try performWrite(durable: false) { database in
             try database.statement("""
                 UPDATE messages SET status = 'sending', attempts = attempts + 1, lease_until = ?1
                 WHERE seq IN (
@@ -287,9 +299,12 @@ public final class Outbox: @unchecked Sendable {
     }
 
     /// Records a delivery: `sent`, and the body is erased (the sealed subject stays for the retention period).
-    public func markSent(id: String) throws {
+    ///
+    /// `durable: false` when the transport repeats harmlessly; otherwise (SMTP, sendmail) the outcome is
+    /// fsynced at once, so that the window in which power loss can repeat an email stays one fsync long.
+    public func markSent(id: String, durable: Bool = true) throws {
         let now = clock.nowMilliseconds()
-        try performWrite { database in
+        try performWrite(durable: durable) { database in
             try database.run("""
                 UPDATE messages SET status = 'sent', delivered_at = ?, sealed_payload = NULL, lease_until = NULL,
                                     next_attempt_at = NULL, last_error = NULL
@@ -302,7 +317,7 @@ public final class Outbox: @unchecked Sendable {
     public func markFailed(id: String, status: DeliveryStatus, errorKind: String, nextAttemptAt: Int64?,
                            backoffStep: Int = 0) throws {
         precondition([.retrying, .failed, .held].contains(status), "not a failure status: \(status)")
-        try performWrite { database in
+        try performWrite(durable: false) { database in
             try database.run("""
                 UPDATE messages SET status = ?, last_error = ?, next_attempt_at = ?, lease_until = NULL,
                                     backoff_step = ?
@@ -353,7 +368,7 @@ public final class Outbox: @unchecked Sendable {
     /// Makes every waiting retry due now (the relay answers again after an outage).
     public func makeRetriesDue() throws {
         let now = clock.nowMilliseconds()
-        try performWrite { database in
+        try performWrite(durable: false) { database in
             try database.run("""
                 UPDATE messages SET next_attempt_at = ? WHERE status = 'retrying' AND next_attempt_at > ?
                 """, [.integer(now), .integer(now)])
@@ -378,7 +393,7 @@ public final class Outbox: @unchecked Sendable {
     @discardableResult
     public func recoverInterrupted() throws -> Int {
         let now = clock.nowMilliseconds()
-        return try performWrite { database in
+        return try performWrite(durable: false) { database in
             try database.run("""
                 UPDATE messages SET status = 'queued', lease_until = NULL, next_attempt_at = ?
                 WHERE status = 'sending'
@@ -403,7 +418,7 @@ public final class Outbox: @unchecked Sendable {
 
     /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms).
     public func purgeSubjects(deliveredBefore cutoff: Int64) throws {
-        try performWrite { database in
+        try performWrite(durable: false) { database in
             try database.run("UPDATE messages SET sealed_subject = NULL WHERE status = 'sent' AND delivered_at < ?",
                              [.integer(cutoff)])
         }
