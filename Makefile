@@ -12,7 +12,7 @@ RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-o
 # a real SMTP server, a browser, a QR decoder (zbar) and an SVG renderer (librsvg) to read the pairing code.
 TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin
 # The benchmarks compare against nginx and drive load with wrk.
-BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium
+BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 
 
 
@@ -38,6 +38,7 @@ bench: deps
 	bench/http
 	bench/delivery --no-build
 	bench/page --no-build
+	bench/syncs --no-build
 
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
