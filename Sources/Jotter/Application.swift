@@ -43,7 +43,7 @@ public final class Application: Sendable {
                             logger: logger.labelled("outbox"))
         worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
                                 clock: clock, logger: logger.labelled("delivery"))
-        if try outbox.settingChanged("relay", fingerprint: Array((configuration.relay ?? "maildir:default").utf8)) {
+        if try outbox.settings.changed("relay", fingerprint: Array((configuration.relay ?? "maildir:default").utf8)) {
             let count = try outbox.requeueFailed()
             logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
         }
@@ -62,9 +62,7 @@ public final class Application: Sendable {
                 http.tls = (certificate.privateKeyPEM, certificate.certificatePEM)
                 fingerprint = certificate.fingerprint
             }
-            let registry = try DeviceRegistry(databasePath: dataDirectory.databasePath,
-                                              hashingKey: outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose),
-                                              clock: clock)
+            let registry = try DeviceRegistry(outbox: outbox, clock: clock)
             devices = registry
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: fingerprint, pairingToken: try registry.issuePairingToken().token)
@@ -124,7 +122,7 @@ public final class Application: Sendable {
         server.stop()
         worker.stop()
         rating.flush()
-        devices?.close()
+        devices?.flushSightings()
         outbox.close()
         dataDirectory.unlock()
     }

@@ -375,7 +375,7 @@ struct BrowserTests {
         usleep(500_000)  // a second copy would be written as promptly as the first
         let files = server.deliveredFiles()
         #expect(files.count == 1, "\(files.count) messages in the Maildir", sourceLocation: sourceLocation)
-        let stored = try server.outbox.counts().values.reduce(0, +)
+        let stored = try server.outbox.history.counts().values.reduce(0, +)
         #expect(stored == 1, "\(stored) memos in the outbox", sourceLocation: sourceLocation)
         let file = try #require(files.first, sourceLocation: sourceLocation)
         let message = try Python.parseMessage(atPath: file)

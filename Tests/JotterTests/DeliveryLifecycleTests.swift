@@ -6,91 +6,125 @@ import Testing
     private static let now: Int64 = 1_764_581_405_000
     private static let transient = DeliveryFailure(.network, permanent: false)
 
-    // MARK: Lifecycle
+    // MARK: Lifecycle: every transition, legal and not
 
-    @Test func queuedThenSendingThenSent() {
-        var lifecycle = DeliveryLifecycle()
-        #expect(lifecycle.state == .queued)
-        #expect(lifecycle.status == .queued)
-        lifecycle.claim(now: Self.now)
-        #expect(lifecycle.state == .sending(attempt: 1))
-        #expect(lifecycle.status == .sending)
-        lifecycle.delivered(now: Self.now + 120)
-        #expect(lifecycle.state == .sent(at: Self.now + 120))
-        #expect(lifecycle.status == .sent)
+    private static let lease: Int64 = 120_000
+    private static let policy = RetryPolicy()
+
+    /// A lifecycle in each status, as a row might hold it.
+    private static let everyStatus: [DeliveryLifecycle] = [
+        .accepted(now: now),
+        DeliveryLifecycle(status: .sending, attempts: 1, leaseUntil: now + lease),
+        DeliveryLifecycle(status: .retrying, attempts: 1, backoffStep: 1, nextAttemptAt: now + 1000, lastError: "timeout"),
+        DeliveryLifecycle(status: .sent, attempts: 1, deliveredAt: now),
+        DeliveryLifecycle(status: .failed, attempts: 1, lastError: "auth"),
+        DeliveryLifecycle(status: .held, lastError: "corrupt"),
+    ]
+
+    @Test func queuedThenSendingThenSent() throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        #expect(lifecycle.status == .queued && lifecycle.nextAttemptAt == Self.now && lifecycle.attempts == 0)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        #expect(lifecycle == DeliveryLifecycle(status: .sending, attempts: 1, nextAttemptAt: Self.now,
+                                               leaseUntil: Self.now + Self.lease))
+        try lifecycle.delivered(now: Self.now + 120)
+        #expect(lifecycle == DeliveryLifecycle(status: .sent, attempts: 1, deliveredAt: Self.now + 120))
+        #expect(lifecycle.erasesBody)
     }
 
     @Test(arguments: [0.0, 0.25, 0.5, 0.999_999])
-    func transientFailureSchedulesARetryAboutOneSecondLater(random: Double) {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.claim(now: Self.now)
-        lifecycle.attemptFailed(Self.transient, now: Self.now, policy: RetryPolicy(), random: random)
-        guard case .retrying(let attempt, let at) = lifecycle.state else {
-            Issue.record("expected retrying, got \(lifecycle.state)")
-            return
-        }
-        #expect(attempt == 1)
-        #expect((Self.now + 1000)...(Self.now + 1250) ~= at)
+    func transientFailureSchedulesARetryAboutOneSecondLater(random: Double) throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(Self.transient, now: Self.now, policy: Self.policy, random: random)
         #expect(lifecycle.status == .retrying)
+        #expect(lifecycle.backoffStep == 1 && lifecycle.leaseUntil == nil && lifecycle.lastError == "network")
+        #expect((Self.now + 1000)...(Self.now + 1250) ~= lifecycle.nextAttemptAt ?? 0)
+        #expect(!lifecycle.erasesBody)
     }
 
-    @Test func retriesBackOffExponentiallyUntilDelivered() {
-        var lifecycle = DeliveryLifecycle()
+    @Test func retriesBackOffExponentiallyUntilDelivered() throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
         var now = Self.now
         var delays: [Int64] = []
         for expectedAttempt in 1...6 {
-            lifecycle.claim(now: now)
-            #expect(lifecycle.state == .sending(attempt: expectedAttempt))
-            lifecycle.attemptFailed(DeliveryFailure(.timeout, permanent: false), now: now, policy: RetryPolicy(),
-                                    random: 0)
-            guard case .retrying(let attempt, let at) = lifecycle.state else {
-                Issue.record("expected retrying, got \(lifecycle.state)")
-                return
-            }
-            #expect(attempt == expectedAttempt)
+            try lifecycle.claim(now: now, leaseMilliseconds: Self.lease)
+            #expect(lifecycle.attempts == expectedAttempt)
+            try lifecycle.attemptFailed(DeliveryFailure(.timeout, permanent: false), now: now, policy: Self.policy,
+                                        random: 0)
+            let at = try #require(lifecycle.nextAttemptAt)
             delays.append(at - now)
             now = at
         }
         #expect(delays == [1000, 2000, 4000, 8000, 16000, 32000])
-        lifecycle.claim(now: now)
-        #expect(lifecycle.state == .sending(attempt: 7))
-        lifecycle.delivered(now: now + 5)
-        #expect(lifecycle.state == .sent(at: now + 5))
+        try lifecycle.claim(now: now, leaseMilliseconds: Self.lease)
+        #expect(lifecycle.attempts == 7)
+        try lifecycle.delivered(now: now + 5)
+        #expect(lifecycle.status == .sent && lifecycle.deliveredAt == now + 5 && lifecycle.lastError == nil)
     }
 
-    @Test func aRetryMayBeClaimedExactlyWhenDueOrLater() {
-        var due = DeliveryLifecycle(state: .retrying(attempt: 2, at: Self.now))
-        due.claim(now: Self.now)
-        #expect(due.state == .sending(attempt: 3))
-        var late = DeliveryLifecycle(state: .retrying(attempt: 4, at: Self.now))
-        late.claim(now: Self.now + 3_600_000)
-        #expect(late.state == .sending(attempt: 5))
+    @Test func aRetryMayBeClaimedExactlyWhenDueOrLaterButNotBefore() throws {
+        let waiting = DeliveryLifecycle(status: .retrying, attempts: 2, backoffStep: 2, nextAttemptAt: Self.now)
+        var early = waiting
+        #expect(throws: DeliveryLifecycle.Refusal(transition: "claim", from: .retrying)) {
+            try early.claim(now: Self.now - 1, leaseMilliseconds: Self.lease)
+        }
+        #expect(early == waiting, "a refused transition changes nothing")
+        var due = waiting
+        try due.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        #expect(due.status == .sending && due.attempts == 3 && due.backoffStep == 2)
+        var late = waiting
+        try late.claim(now: Self.now + 3_600_000, leaseMilliseconds: Self.lease)
+        #expect(late.attempts == 3)
     }
 
-    @Test func retryAfterLongerThanTheBackoffIsHonoured() {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.claim(now: Self.now)
+    @Test func aSendWhoseLeaseRanOutIsClaimedAgainNotBefore() throws {
+        let inFlight = DeliveryLifecycle(status: .sending, attempts: 1, leaseUntil: Self.now + Self.lease)
+        var early = inFlight
+        #expect(throws: DeliveryLifecycle.Refusal.self) {
+            try early.claim(now: Self.now + Self.lease - 1, leaseMilliseconds: Self.lease)
+        }
+        var expired = inFlight
+        try expired.claim(now: Self.now + Self.lease, leaseMilliseconds: Self.lease)
+        #expect(expired.status == .sending && expired.attempts == 2 && expired.leaseUntil == Self.now + 2 * Self.lease)
+    }
+
+    @Test func retryAfterLongerThanTheBackoffIsHonoured() throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
         let failure = DeliveryFailure(.rateLimited, permanent: false, retryAfterMilliseconds: 30_000)
-        lifecycle.attemptFailed(failure, now: Self.now, policy: RetryPolicy(), random: 0.5)
-        #expect(lifecycle.state == .retrying(attempt: 1, at: Self.now + 30_000))
+        try lifecycle.attemptFailed(failure, now: Self.now, policy: Self.policy, random: 0.5)
+        #expect(lifecycle.nextAttemptAt == Self.now + 30_000)
     }
 
-    @Test func retryAfterShorterThanTheBackoffDoesNotShortenIt() {
-        var lifecycle = DeliveryLifecycle(state: .retrying(attempt: 3, at: Self.now))
-        lifecycle.claim(now: Self.now)
+    @Test func retryAfterShorterThanTheBackoffDoesNotShortenIt() throws {
+        var lifecycle = DeliveryLifecycle(status: .retrying, attempts: 3, backoffStep: 3, nextAttemptAt: Self.now)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
         let failure = DeliveryFailure(.serverError, permanent: false, retryAfterMilliseconds: 500)
-        lifecycle.attemptFailed(failure, now: Self.now, policy: RetryPolicy(), random: 0)
-        #expect(lifecycle.state == .retrying(attempt: 4, at: Self.now + 8000))
+        try lifecycle.attemptFailed(failure, now: Self.now, policy: Self.policy, random: 0)
+        #expect(lifecycle.nextAttemptAt == Self.now + 8000 && lifecycle.backoffStep == 4)
     }
 
     @Test(arguments: [DeliveryFailure.Kind.auth, .rejected, .configuration, .tls])
-    func permanentFailureMarksFailedWithItsKind(kind: DeliveryFailure.Kind) {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.claim(now: Self.now)
-        lifecycle.attemptFailed(DeliveryFailure(kind, permanent: true, retryAfterMilliseconds: 1000), now: Self.now,
-                                policy: RetryPolicy(), random: 0.5)
-        #expect(lifecycle.state == .failed(kind: kind.rawValue))
-        #expect(lifecycle.status == .failed)
+    func permanentFailureMarksFailedWithItsKind(kind: DeliveryFailure.Kind) throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(DeliveryFailure(kind, permanent: true, retryAfterMilliseconds: 1000), now: Self.now,
+                                    policy: Self.policy, random: 0.5)
+        #expect(lifecycle.status == .failed && lifecycle.lastError == kind.rawValue)
+        #expect(lifecycle.nextAttemptAt == nil && lifecycle.leaseUntil == nil && lifecycle.backoffStep == 0)
+        #expect(!lifecycle.isDue(now: .max), "a failed memo waits for a person or a configuration change")
+    }
+
+    @Test func anUnreachableRelayRetriesAtTheProbeWithoutClimbingTheLadder() throws {
+        var lifecycle = DeliveryLifecycle(status: .sending, attempts: 4, backoffStep: 2, leaseUntil: Self.now + Self.lease)
+        try lifecycle.relayUnreachable(DeliveryFailure(.unreachable, permanent: false), retryAt: Self.now + 3000)
+        #expect(lifecycle == DeliveryLifecycle(status: .retrying, attempts: 4, backoffStep: 2,
+                                               nextAttemptAt: Self.now + 3000, lastError: "unreachable"))
+        try lifecycle.relayAnswers(now: Self.now + 10)
+        #expect(lifecycle.nextAttemptAt == Self.now + 10, "due at once when the relay answers")
+        try lifecycle.relayAnswers(now: Self.now + 5000)
+        #expect(lifecycle.nextAttemptAt == Self.now + 10, "a retry already due stays as it was")
     }
 
     @Test func failureKindsAreTheNamesHistoryShows() {
@@ -101,46 +135,73 @@ import Testing
         #expect(!DeliveryFailure(.timeout, permanent: false).isOffline)
     }
 
-    @Test func failedMemoIsRequeuedAndCanBeDelivered() {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.claim(now: Self.now)
-        lifecycle.attemptFailed(DeliveryFailure(.auth, permanent: true), now: Self.now, policy: RetryPolicy(),
-                                random: 0)
-        lifecycle.requeue()
-        #expect(lifecycle.state == .queued)
-        #expect(lifecycle.status == .queued)
-        lifecycle.claim(now: Self.now + 10)
-        #expect(lifecycle.state == .sending(attempt: 1))
-        lifecycle.delivered(now: Self.now + 20)
+    @Test func failedMemoIsRequeuedWithAFreshLadderAndCanBeDelivered() throws {
+        var lifecycle = DeliveryLifecycle(status: .failed, attempts: 5, backoffStep: 4, lastError: "auth")
+        try lifecycle.requeue(now: Self.now)
+        #expect(lifecycle == DeliveryLifecycle(status: .queued, attempts: 5, backoffStep: 0, nextAttemptAt: Self.now))
+        try lifecycle.claim(now: Self.now + 10, leaseMilliseconds: Self.lease)
+        #expect(lifecycle.attempts == 6, "attempts count every attempt ever started")
+        try lifecycle.delivered(now: Self.now + 20)
         #expect(lifecycle.status == .sent)
     }
 
-    @Test func heldMemoIsKeptAndRequeued() {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.hold(reason: "corrupt")
-        #expect(lifecycle.state == .held(reason: "corrupt"))
-        #expect(lifecycle.status == .held)
-        lifecycle.requeue()
-        #expect(lifecycle.state == .queued)
+    @Test func heldMemoIsKeptAndRequeued() throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        try lifecycle.hold(reason: "corrupt")
+        #expect(lifecycle.status == .held && lifecycle.lastError == "corrupt" && lifecycle.leaseUntil == nil)
+        #expect(!lifecycle.isDue(now: .max))
+        try lifecycle.requeue(now: Self.now + 1)
+        #expect(lifecycle.status == .queued && lifecycle.lastError == nil)
     }
 
-    @Test func aMemoBeingSentCanBeHeld() {
-        var lifecycle = DeliveryLifecycle()
-        lifecycle.claim(now: Self.now)
-        lifecycle.hold(reason: "corrupt")
-        #expect(lifecycle.status == .held)
+    @Test func anInterruptedSendIsQueuedAgainAndKeepsItsAttempt() throws {
+        var lifecycle = DeliveryLifecycle(status: .sending, attempts: 2, backoffStep: 1, leaseUntil: Self.now + Self.lease)
+        try lifecycle.interrupted(now: Self.now)
+        #expect(lifecycle == DeliveryLifecycle(status: .queued, attempts: 2, backoffStep: 1, nextAttemptAt: Self.now))
+        #expect(lifecycle.isDue(now: Self.now))
     }
 
-    @Test(arguments: [
-        (DeliveryLifecycle.State.queued, DeliveryStatus.queued),
-        (.sending(attempt: 3), .sending),
-        (.retrying(attempt: 2, at: 5), .retrying),
-        (.sent(at: 7), .sent),
-        (.failed(kind: "auth"), .failed),
-        (.held(reason: "corrupt"), .held),
-    ])
-    func storedStatusForEveryState(state: DeliveryLifecycle.State, status: DeliveryStatus) {
-        #expect(DeliveryLifecycle(state: state).status == status)
+    /// Which transitions each status allows: everything else is refused and changes nothing.
+    @Test func everyIllegalTransitionIsRefusedAndChangesNothing() {
+        let failure = DeliveryFailure(.timeout, permanent: false)
+        let far = Self.now + 10 * Self.lease
+        let transitions: [(String, (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void)] = [
+            ("claim", { l throws(DeliveryLifecycle.Refusal) in try l.claim(now: far, leaseMilliseconds: Self.lease) }),
+            ("delivered", { l throws(DeliveryLifecycle.Refusal) in try l.delivered(now: far) }),
+            ("attemptFailed", { l throws(DeliveryLifecycle.Refusal) in
+                try l.attemptFailed(failure, now: far, policy: Self.policy, random: 0) }),
+            ("relayUnreachable", { l throws(DeliveryLifecycle.Refusal) in try l.relayUnreachable(failure, retryAt: far) }),
+            ("relayAnswers", { l throws(DeliveryLifecycle.Refusal) in try l.relayAnswers(now: far) }),
+            ("hold", { l throws(DeliveryLifecycle.Refusal) in try l.hold(reason: "corrupt") }),
+            ("requeue", { l throws(DeliveryLifecycle.Refusal) in try l.requeue(now: far) }),
+            ("interrupted", { l throws(DeliveryLifecycle.Refusal) in try l.interrupted(now: far) }),
+        ]
+        let allowed: [DeliveryStatus: Set<String>] = [
+            .queued: ["claim", "hold"],
+            .sending: ["claim", "delivered", "attemptFailed", "relayUnreachable", "hold", "interrupted"],
+            .retrying: ["claim", "relayAnswers", "hold"],
+            .sent: [],
+            .failed: ["hold", "requeue"],
+            .held: ["hold", "requeue"],
+        ]
+        for start in Self.everyStatus {
+            for (name, transition) in transitions {
+                var lifecycle = start
+                do {
+                    try transition(&lifecycle)
+                    #expect(allowed[start.status]?.contains(name) == true, "\(name) allowed from \(start.status)")
+                } catch {
+                    #expect(allowed[start.status]?.contains(name) == false, "\(name) refused from \(start.status)")
+                    #expect(error == DeliveryLifecycle.Refusal(transition: name, from: start.status))
+                    #expect(lifecycle == start, "a refused \(name) changed \(start.status)")
+                }
+            }
+        }
+    }
+
+    @Test func onlyADeliveredMemoErasesItsBody() {
+        #expect(Self.everyStatus.filter(\.erasesBody).map(\.status) == [.sent])
     }
 
     @Test func statusNamesAreTheOnesHistoryShows() {

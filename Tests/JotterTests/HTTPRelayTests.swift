@@ -340,7 +340,7 @@ import Testing
         defer { server.stop() }
 
         let ids = try (1...50).map { try DeliveryKit.send(server, body: "memo \($0)") }
-        #expect(try server.waitUntil(timeout: 30) { try server.outbox.counts()[.sent] == ids.count })
+        #expect(try server.waitUntil(timeout: 30) { try server.outbox.history.counts()[.sent] == ids.count })
         for id in ids {
             #expect(try DeliveryKit.entry(server, id).status == "sent")
         }

@@ -283,7 +283,7 @@ import Testing
         #expect(empty.status == 303)
         #expect(empty.header("Location") == "/")
         #expect(empty.header("X-Message-Id") == nil)
-        #expect(try server.outbox.counts().values.reduce(0, +) == 1, "nothing stored for the empty memo")
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 1, "nothing stored for the empty memo")
     }
 
     @Test func fetchFromThePageGets204NotARedirect() throws {
@@ -820,7 +820,7 @@ import Testing
         let key = try KeyStore.load(path: data + "/key")
         let outbox = try Outbox(path: data + "/jotter.db", key: key)
         defer { outbox.close() }
-        let record = try #require(try outbox.record(id: id))
+        let record = try #require(try outbox.history.record(id: id))
         #expect(record.status == .failed)
         #expect(record.lastError == "rejected")
         #expect(record.subject == "kept on disk")

@@ -129,7 +129,7 @@ import Testing
         defer { server.stop() }
 
         let ids = try (1...24).map { try DeliveryKit.send(server, body: "entry number \($0)") }
-        #expect(try server.waitUntil(timeout: 20) { try server.outbox.counts()[.sent] == ids.count })
+        #expect(try server.waitUntil(timeout: 20) { try server.outbox.history.counts()[.sent] == ids.count })
         let notes = try FileManager.default.contentsOfDirectory(atPath: vault).filter { $0.hasSuffix(".md") }
         let all = notes.map { Self.read(vault + "/" + $0) }.joined()
         for (number, id) in zip(1..., ids) {

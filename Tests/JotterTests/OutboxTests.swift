@@ -106,14 +106,14 @@ enum Evidence {
 
         let reopened = try fixture.open()
         defer { reopened.close() }
-        let history = try reopened.history(limit: 10)
+        let history = try reopened.history.latest(limit: 10)
         #expect(history.map(\.id) == [id])
         let record = try #require(history.first)
         #expect(record.status == .queued)
         #expect(record.attempts == 0)
         #expect(record.subject == "Groceries")
         #expect(record.createdAt == fixture.clock.nowMilliseconds())
-        #expect(try reopened.record(id: id) == record)
+        #expect(try reopened.history.record(id: id) == record)
         let claimed = try reopened.claimDue(limit: 10, leaseMilliseconds: 60_000)
         #expect(claimed.map(\.id) == [id])
         #expect(claimed.first?.content == MemoContent(subject: "Groceries", body: "buy milk\nand eggs"))
@@ -124,7 +124,7 @@ enum Evidence {
         let outbox = try fixture.open()
         defer { outbox.close() }
         let id = try await outbox.enqueue(MemoDraft(body: "\n  call the plumber  \nabout the sink")).id
-        #expect(try outbox.record(id: id)?.subject == "call the plumber")
+        #expect(try outbox.history.record(id: id)?.subject == "call the plumber")
     }
 
     @Test func databaseFilesNeverHoldTheMemoInPlaintext() async throws {
@@ -137,7 +137,7 @@ enum Evidence {
                                                    body: "\(bodyCanary) \(index)\nsecond line \(bodyCanary)"))
         }
         // Still queued (there is no worker): the sealed rows are all there is.
-        #expect(try outbox.counts()[.queued] == 5)
+        #expect(try outbox.history.counts()[.queued] == 5)
         let database = Evidence.fileBytes(fixture.path)
         let wal = Evidence.fileBytes(fixture.path + "-wal")
         #expect(!database.isEmpty || !wal.isEmpty)
@@ -160,7 +160,7 @@ enum Evidence {
 
         // Another key either cannot open the outbox at all, or opens it and can read none of its rows.
         if let stranger = try? fixture.open(key: SymmetricKey.random()) {
-            #expect(try stranger.record(id: id)?.subject == nil)
+            #expect(try stranger.history.record(id: id)?.subject == nil)
             let claimed = try stranger.claimDue(limit: 10, leaseMilliseconds: 60_000)
             #expect(claimed.map(\.id) == [id])
             #expect(claimed.first?.content == nil)
@@ -169,7 +169,7 @@ enum Evidence {
         }
         let owner = try fixture.open()
         defer { owner.close() }
-        #expect(try owner.record(id: id)?.subject == "secret", "a refused stranger changed nothing")
+        #expect(try owner.history.record(id: id)?.subject == "secret", "a refused stranger changed nothing")
         #expect(try owner.claimDue(limit: 10, leaseMilliseconds: 60_000).first?.content
                 == MemoContent(subject: "secret", body: "very secret"))
     }
@@ -210,8 +210,8 @@ enum Evidence {
         sealed[index] ^= 0x80
         try StoredRows.setBlob("sealed_subject", id: bad, to: sealed, path: fixture.path)
 
-        #expect(try outbox.record(id: good)?.subject == "fine")
-        let record = try #require(try outbox.record(id: bad))
+        #expect(try outbox.history.record(id: good)?.subject == "fine")
+        let record = try #require(try outbox.history.record(id: bad))
         #expect(record.subject == nil)
         #expect(record.status == .queued, "the memo itself is still there")
     }
@@ -239,8 +239,8 @@ enum Evidence {
         try StoredRows.setBlob("sealed_payload", id: second, to: payload, path: fixture.path)
         try StoredRows.setBlob("sealed_subject", id: second, to: subject, path: fixture.path)
 
-        #expect(try outbox.record(id: first)?.subject == "A")
-        #expect(try outbox.record(id: second)?.subject == nil, "A's subject must not show up as B's")
+        #expect(try outbox.history.record(id: first)?.subject == "A")
+        #expect(try outbox.history.record(id: second)?.subject == nil, "A's subject must not show up as B's")
         let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
         #expect(claimed.first { $0.id == first }?.content == MemoContent(subject: "A", body: "memo A"))
         let moved = try #require(claimed.first { $0.id == second })
@@ -255,7 +255,7 @@ enum Evidence {
         let id = try await outbox.enqueue(draft).id
         let payload = try #require(try StoredRows.blob("sealed_payload", id: id, path: fixture.path))
         try StoredRows.setBlob("sealed_subject", id: id, to: payload, path: fixture.path)
-        #expect(try outbox.record(id: id)?.subject == nil)
+        #expect(try outbox.history.record(id: id)?.subject == nil)
     }
 
     // MARK: Idempotency
@@ -272,7 +272,7 @@ enum Evidence {
             return
         }
         #expect(second == .replayed(id: id))
-        #expect(try outbox.history(limit: 10).map(\.id) == [id])
+        #expect(try outbox.history.latest(limit: 10).map(\.id) == [id])
         #expect(try StoredRows.count(path: fixture.path) == 1)
     }
 
@@ -305,7 +305,7 @@ enum Evidence {
         await #expect(throws: Outbox.EnqueueError.idempotencyConflict) {
             try await outbox.enqueue(conflicting)
         }
-        #expect(try outbox.history(limit: 10).map(\.id) == [id], "nothing new stored")
+        #expect(try outbox.history.latest(limit: 10).map(\.id) == [id], "nothing new stored")
         let claimed = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
         #expect(claimed.first?.content == MemoContent(subject: "first", body: "the body"), "the original is untouched")
     }
@@ -355,8 +355,8 @@ enum Evidence {
         #expect(ids.count == 200)
         #expect(ids.allSatisfy { if case .accepted = $0 { true } else { false } })
         #expect(Set(ids.map(\.id)).count == 200)
-        #expect(Set(try outbox.history(limit: 500).map(\.id)) == Set(ids.map(\.id)))
-        #expect(try outbox.counts()[.queued] == 200)
+        #expect(Set(try outbox.history.latest(limit: 500).map(\.id)) == Set(ids.map(\.id)))
+        #expect(try outbox.history.counts()[.queued] == 200)
         #expect(try StoredRows.count(path: fixture.path) == 200)
         #expect(batches.count >= 1)
         #expect(batches.count < 100, "group commit: \(batches.count) transactions for 200 memos")
@@ -413,7 +413,7 @@ enum Evidence {
         let claimed = claims.withLock { $0 }
         #expect(claimed.count == 60, "each memo claimed exactly once")
         #expect(Set(claimed) == enqueued)
-        #expect(try outbox.counts()[.sending] == 60)
+        #expect(try outbox.history.counts()[.sending] == 60)
     }
 
     @Test func expiredLeaseIsClaimableAgain() async throws {
@@ -450,9 +450,9 @@ enum Evidence {
 
         let restarted = try fixture.open()
         defer { restarted.close() }
-        #expect(try restarted.counts()[.sending] == 3)
+        #expect(try restarted.history.counts()[.sending] == 3)
         #expect(try restarted.recoverInterrupted() == 3)
-        let history = try restarted.history(limit: 10)
+        let history = try restarted.history.latest(limit: 10)
         #expect(history.filter { ids.contains($0.id) }.allSatisfy { $0.status == .queued })
         #expect(history.first { $0.id == untouched }?.status == .sent)
         let again = try restarted.claimDue(limit: 10, leaseMilliseconds: 60_000)
@@ -469,7 +469,7 @@ enum Evidence {
         _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
         fixture.clock.advance(milliseconds: 250)
         try outbox.markSent(id: id)
-        let record = try #require(try outbox.record(id: id))
+        let record = try #require(try outbox.history.record(id: id))
         #expect(record.status == .sent)
         #expect(record.deliveredAt == fixture.clock.nowMilliseconds())
         #expect(record.subject == "kept a while")
@@ -477,8 +477,8 @@ enum Evidence {
         #expect(try StoredRows.blob("sealed_payload", id: id, path: fixture.path) == nil)
         #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000).isEmpty, "never sent twice")
         try outbox.purgeSubjects(deliveredBefore: fixture.clock.nowMilliseconds() + 1)
-        #expect(try outbox.record(id: id)?.subject == nil)
-        #expect(try outbox.record(id: id)?.status == .sent, "history keeps the metadata")
+        #expect(try outbox.history.record(id: id)?.subject == nil)
+        #expect(try outbox.history.record(id: id)?.status == .sent, "history keeps the metadata")
     }
 
     @Test func retryingMemoWaitsForItsTime() async throws {
@@ -488,8 +488,11 @@ enum Evidence {
         let id = try await outbox.enqueue(MemoDraft(body: "try again later")).id
         _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 60_000)
         let due = fixture.clock.nowMilliseconds() + 5_000
-        try outbox.markFailed(id: id, status: .retrying, errorKind: "timeout", nextAttemptAt: due)
-        let record = try #require(try outbox.record(id: id))
+        try outbox.transition(id: id) { lifecycle throws(DeliveryLifecycle.Refusal) in
+            try lifecycle.attemptFailed(DeliveryFailure(.timeout, permanent: false, retryAfterMilliseconds: 5_000),
+                                        now: due - 5_000, policy: RetryPolicy(jitter: 0), random: 0)
+        }
+        let record = try #require(try outbox.history.record(id: id))
         #expect(record.status == .retrying)
         #expect(record.lastError == "timeout")
         #expect(record.nextAttemptAt == due)
@@ -509,13 +512,20 @@ enum Evidence {
         defer { outbox.close() }
         let id = try await outbox.enqueue(MemoDraft(body: "kept, never dropped")).id
         _ = try outbox.claimDue(limit: 1, leaseMilliseconds: 1_000)
-        try outbox.markFailed(id: id, status: status, errorKind: "rejected", nextAttemptAt: nil)
+        try outbox.transition(id: id) { lifecycle throws(DeliveryLifecycle.Refusal) in
+            if status == .held {
+                try lifecycle.hold(reason: "rejected")
+            } else {
+                try lifecycle.attemptFailed(DeliveryFailure(.rejected, permanent: true), now: 0, policy: RetryPolicy(),
+                                            random: 0)
+            }
+        }
         fixture.clock.advance(milliseconds: 86_400_000)
         #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 1_000).isEmpty)
         #expect(try outbox.recoverInterrupted() == 0)
-        #expect(try outbox.record(id: id)?.status == status)
+        #expect(try outbox.history.record(id: id)?.status == status)
         #expect(try StoredRows.blob("sealed_payload", id: id, path: fixture.path) != nil, "the body is kept")
-        #expect(try outbox.counts()[status] == 1)
+        #expect(try outbox.history.counts()[status] == 1)
         #expect(try outbox.nextDueAt() == nil)
     }
 
@@ -527,17 +537,17 @@ enum Evidence {
         for index in 0..<5 {
             ids.append(try await outbox.enqueue(MemoDraft(body: "memo \(index)")).id)
         }
-        #expect(try outbox.history(limit: 10).map(\.id) == ids.reversed())
-        #expect(try outbox.history(limit: 2).map(\.id) == [ids[4], ids[3]])
-        #expect(try outbox.history(limit: 2, before: ids[3]).map(\.id) == [ids[2], ids[1]])
-        #expect(try outbox.history(limit: 2, before: ids[1]).map(\.id) == [ids[0]])
-        #expect(try outbox.history(limit: 2, before: ids[0]).isEmpty)
+        #expect(try outbox.history.latest(limit: 10).map(\.id) == ids.reversed())
+        #expect(try outbox.history.latest(limit: 2).map(\.id) == [ids[4], ids[3]])
+        #expect(try outbox.history.latest(limit: 2, before: ids[3]).map(\.id) == [ids[2], ids[1]])
+        #expect(try outbox.history.latest(limit: 2, before: ids[1]).map(\.id) == [ids[0]])
+        #expect(try outbox.history.latest(limit: 2, before: ids[0]).isEmpty)
     }
 }
 
 /// AES-256-GCM as the outbox uses it: any changed bit, other associated data or another key fails.
 @Suite struct AESGCMTests {
-    private static let associatedData = Outbox.associatedData("payload", "0d5e6f1a-2b3c-4d5e-8f90-a1b2c3d4e5f6")
+    private static let associatedData = Array("jotter/payload/v1/0d5e6f1a-2b3c-4d5e-8f90-a1b2c3d4e5f6".utf8)
 
     @Test func sealedBoxOpensWithTheSameKeyAndAssociatedData() throws {
         let key = try SymmetricKey.random()
@@ -580,13 +590,22 @@ enum Evidence {
 
     @Test func otherAssociatedDataFailsAuthentication() throws {
         let key = try SymmetricKey.random()
-        let box = try AESGCM.seal(Array("memo A".utf8), using: key,
-                                  authenticating: Outbox.associatedData("payload", "id-a"))
-        for other in [Outbox.associatedData("payload", "id-b"), Outbox.associatedData("subject", "id-a"), []] {
+        let box = try AESGCM.seal(Array("memo A".utf8), using: key, authenticating: Array("a".utf8))
+        for other in [Array("b".utf8), []] {
             #expect(throws: CryptoError.authenticationFailure) {
                 try AESGCM.open(box, using: key, authenticating: other)
             }
         }
+    }
+
+    /// The outbox's sealer binds each field to its memo and column: moved, it does not open.
+    @Test func aSealedFieldOpensOnlyAsItselfOfItsOwnMemo() throws {
+        let sealer = try Sealer(dataKey: SymmetricKey.random())
+        let sealed = try sealer.seal(Array("memo A".utf8), .payload, id: "id-a")
+        #expect(sealer.open(sealed, .payload, id: "id-a") == Array("memo A".utf8))
+        #expect(sealer.open(sealed, .payload, id: "id-b") == nil)
+        #expect(sealer.open(sealed, .subject, id: "id-a") == nil)
+        #expect(try Sealer(dataKey: SymmetricKey.random()).open(sealed, .payload, id: "id-a") == nil)
     }
 
     @Test func anotherKeyFailsAuthentication() throws {
@@ -630,6 +649,6 @@ enum Evidence {
         #expect(claimed.map(\.id) == [id])
         outbox.close()
         #expect(throws: DatabaseError.self) { try outbox.markSent(id: id) }
-        #expect(throws: DatabaseError.self) { _ = try outbox.history(limit: 10) }
+        #expect(throws: DatabaseError.self) { _ = try outbox.history.latest(limit: 10) }
     }
 }

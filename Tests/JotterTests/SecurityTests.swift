@@ -21,7 +21,7 @@ import Testing
             #expect(response.status == 403, "Host: \(host)")
             #expect(response.errorCode == "forbidden_host", "Host: \(host)")
         }
-        #expect(try server.outbox.counts().values.reduce(0, +) == 0)
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 0)
         for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST:\(port)", "[::1]:\(port)",
                      "127.0.0.2:\(port)", "jotter.test:\(port)", "localhost.:\(port)"] {
             #expect(try post(server, headers: [("Host", host)]).status == 204, "Host: \(host)")
@@ -59,7 +59,7 @@ import Testing
                 #expect(try server.request("GET", path, headers: headers).status == 403, "\(path) \(headers)")
             }
         }
-        #expect(try server.outbox.counts().values.reduce(0, +) == 0, "a refused post stores nothing")
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 0, "a refused post stores nothing")
         #expect(try post(server, headers: [("Origin", own), ("Sec-Fetch-Site", "same-origin")]).status == 204)
         #expect(try post(server, headers: []).status == 204, "curl sends neither header")
         #expect(try server.request("GET", "/history", headers: [("Sec-Fetch-Site", "same-origin")]).status == 200)
@@ -105,7 +105,7 @@ import Testing
         #expect(Int(limited.header("Retry-After") ?? "") ?? 0 >= 1)
         #expect(server.waitUntil { server.deliveredFiles().count == 3 })
         // The file lands a moment before the outcome is recorded.
-        #expect(try server.waitUntil { try ids.allSatisfy { try server.outbox.record(id: $0)?.status == .sent } })
+        #expect(try server.waitUntil { try ids.allSatisfy { try server.outbox.history.record(id: $0)?.status == .sent } })
     }
 
     @Test func tokenBucketRefills() {
@@ -310,7 +310,7 @@ enum Drip {
                     ("Content-Type", "text/plain"), ("Idempotency-Key", "key-\(index)")], body: Array(body.utf8))
                 bodies[try #require(response.header("X-Message-Id"))] = body
             }
-            #expect(server.waitUntil { (try? server.outbox.counts()[.failed]) == 7 })
+            #expect(server.waitUntil { (try? server.outbox.history.counts()[.failed]) == 7 })
             server.stop()
             firstKey = try #require(FileManager.default.contents(atPath: data + "/key"))
         }
@@ -380,14 +380,14 @@ enum Drip {
         #expect(server.waitUntil { transport.messages.count >= 3 })
         try assertNoCanary(server, data: data, stage: "while retrying")
         transport.fail(with: DeliveryFailure(.auth, permanent: true))
-        #expect(server.waitUntil { (try? server.outbox.counts()[.failed]) == 2 })
+        #expect(server.waitUntil { (try? server.outbox.history.counts()[.failed]) == 2 })
         try assertNoCanary(server, data: data, stage: "after a permanent failure")
         transport.release()
-        for record in try server.outbox.history(limit: 10) {
+        for record in try server.outbox.history.latest(limit: 10) {
             _ = try server.request("POST", "/history/\(record.id)/retry")
         }
         #expect(server.waitUntil { server.deliveredFiles().count == 2 })
-        #expect(server.waitUntil { (try? server.outbox.counts()[.sent]) == 2 })
+        #expect(server.waitUntil { (try? server.outbox.history.counts()[.sent]) == 2 })
         try assertNoCanary(server, data: data, stage: "after delivery")
     }
 
@@ -470,6 +470,6 @@ enum Drip {
                                                                     ("X-Filler", String(repeating: "a", count: 8_000))],
                                           body: Array("stored".utf8))
         #expect(ordinary.status == 204)
-        #expect(try server.outbox.counts().values.reduce(0, +) == 1)
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 1)
     }
 }

@@ -51,9 +51,7 @@ public enum DevicesCommand {
                                     credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
         let outbox = try Outbox(path: directory + "/jotter.db", key: key)
         defer { outbox.close() }
-        let registry = try DeviceRegistry(databasePath: directory + "/jotter.db",
-                                          hashingKey: outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose))
-        defer { registry.close() }
+        let registry = try DeviceRegistry(outbox: outbox)
         return try body(registry)
     }
 }

@@ -147,7 +147,11 @@ public final class DeliveryWorker: @unchecked Sendable {
                     if reachable && self.offline {
                         self.offline = false
                         self.logger.notice("relay reachable again; flushing")
-                        self.record { try self.outbox.makeRetriesDue() }
+                        do {
+                            try self.outbox.makeRetriesDue()
+                        } catch {
+                            self.logger.error("making retries due failed", metadata: ["error.kind": Self.kind(of: error)])
+                        }
                     }
                     self.pump()
                 }
@@ -184,7 +188,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         let start = monotonicNanoseconds()
         guard let content = claimed.content else {
             logger.error("stored memo cannot be opened; held", metadata: ["message.id": claimed.id])
-            record { try outbox.markFailed(id: claimed.id, status: .held, errorKind: "corrupt", nextAttemptAt: nil) }
+            record(claimed.id) { lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: "corrupt") }
             return
         }
         let message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from,
@@ -192,43 +196,46 @@ public final class DeliveryWorker: @unchecked Sendable {
                                   attempt: claimed.attempt)
         do {
             let receipt = try transport.send(message)
-            record { try outbox.markSent(id: claimed.id, durable: !transport.repeatsHarmlessly) }
+            let now = clock.nowMilliseconds()
+            record(claimed.id, durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                try lifecycle.delivered(now: now)
+            }
             logger.info("delivered", metadata: [
                 "message.id": claimed.id, "attempt": "\(claimed.attempt)",
                 "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",
             ])
         } catch {
             let now = clock.nowMilliseconds()
-            var lifecycle = DeliveryLifecycle(state: .sending(attempt: claimed.backoffStep + 1))
-            var step = claimed.backoffStep
-            if error.isOffline {
-                // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
-                lifecycle.relayUnreachable(retryAt: now + configuration.offlineProbeMilliseconds)
-                goOffline()
-            } else {
-                let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
-                lifecycle.attemptFailed(error, now: now, policy: configuration.retryPolicy, random: jitter)
-                step += 1
-            }
-            let nextAttempt: Int64? = if case .retrying(_, let at) = lifecycle.state { at } else { nil }
-            record {
-                try outbox.markFailed(id: claimed.id, status: lifecycle.status, errorKind: error.kind.rawValue,
-                                      nextAttemptAt: nextAttempt, backoffStep: step)
+            let offline = error.isOffline
+            if offline { goOffline() }
+            let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
+            let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
+            // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
+            let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                if offline {
+                    try lifecycle.relayUnreachable(error, retryAt: probeAt)
+                } else {
+                    try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)
+                }
             }
             logger.warning("delivery failed", metadata: [
                 "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
-                "status": lifecycle.status.rawValue,
-                "retry_in_ms": nextAttempt.map { "\($0 - now)" } ?? "-",
+                "status": after?.status.rawValue ?? "-",
+                "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",
             ])
         }
     }
 
-    /// Writes an outcome; if even that fails the lease expires and the memo is simply tried again.
-    private func record(_ write: () throws -> Void) {
+    /// Persists what the lifecycle decides for memo `id`. If even that fails (a full disk), the lease
+    /// expires and the memo is simply tried again.
+    @discardableResult
+    private func record(_ id: String, durable: Bool = true,
+                        _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) -> DeliveryLifecycle? {
         do {
-            try write()
+            return try outbox.transition(id: id, durable: durable, decide)
         } catch {
             logger.error("recording delivery outcome failed", metadata: ["error.kind": Self.kind(of: error)])
+            return nil
         }
     }
 

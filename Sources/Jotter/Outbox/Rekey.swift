@@ -52,21 +52,21 @@ public enum Rekey {
         try database.execute("PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; PRAGMA secure_delete = ON")
         try Migrations.migrate(database)
 
-        let oldSealing = try oldKey.derived(purpose: "jotter outbox sealing v1")
-        let newSealing = try newKey.derived(purpose: "jotter outbox sealing v1")
+        let oldSealer = try Sealer(dataKey: oldKey), newSealer = try Sealer(dataKey: newKey)
         let newID = Array(HMAC.sha256(Array("jotter key id".utf8), key: newKey).prefix(8))
 
         // The hashing secret first: under whichever key holds it now, re-sealed under the new one.
         try database.write { database in
-            let associatedData = Array("jotter/hashing-secret/v1".utf8)
+            let context = SettingsStore.hashingSecretContext
             guard let stored = try database.statement("SELECT value FROM settings WHERE name = 'hashing_secret'")
                 .firstRow([], { $0.blob(0) }) ?? nil else { return }
-            let box = try AESGCM.SealedBox(combined: stored)
-            if (try? AESGCM.open(box, using: newSealing, authenticating: associatedData)) != nil { return }
-            var secret = try AESGCM.open(box, using: oldSealing, authenticating: associatedData)
+            if newSealer.open(stored, context: context) != nil { return }
+            guard var secret = oldSealer.open(stored, context: context) else {
+                throw Outbox.OpenError.wrongKey(databasePath: database.path)
+            }
             defer { secret.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
-            let resealed = try AESGCM.seal(secret, using: newSealing, authenticating: associatedData)
-            try database.run("UPDATE settings SET value = ? WHERE name = 'hashing_secret'", [.blob(resealed.combined)])
+            let resealed = try newSealer.seal(secret, context: context)
+            try database.run("UPDATE settings SET value = ? WHERE name = 'hashing_secret'", [.blob(resealed)])
         }
 
         var resealed = 0
@@ -82,10 +82,10 @@ public enum Rekey {
                 }
                 for (seq, id, payload, subject) in rows {
                     let newPayload = try payload.map {
-                        try reseal($0, field: "payload", id: id, from: oldSealing, to: newSealing)
+                        try Sealer.reseal($0, .payload, id: id, from: oldSealer, to: newSealer)
                     }
                     let newSubject = try subject.map {
-                        try reseal($0, field: "subject", id: id, from: oldSealing, to: newSealing)
+                        try Sealer.reseal($0, .subject, id: id, from: oldSealer, to: newSealer)
                     }
                     try database.run("""
                         UPDATE messages SET sealed_payload = ?, sealed_subject = ?, key_id = ? WHERE seq = ?
@@ -103,18 +103,5 @@ public enum Rekey {
         guard rename(newKeyPath, directory.keyPath) == 0 else { throw Failure.io(errno: errno) }
         try? FileIO.syncDirectory(path)
         return Report(resealed: resealed, resumed: resumed)
-    }
-
-    private static func reseal(_ sealed: [UInt8], field: String, id: String, from old: SymmetricKey,
-                               to new: SymmetricKey) throws -> [UInt8] {
-        let associatedData = Outbox.associatedData(field, id)
-        let box = try AESGCM.SealedBox(combined: sealed)
-        guard var plaintext = try? AESGCM.open(box, using: old, authenticating: associatedData) else {
-            // A row that cannot be opened (tampered) is left exactly as it was, but stamped so the
-            // run can finish; it stays `held` and will never open.
-            return sealed
-        }
-        defer { plaintext.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
-        return try AESGCM.seal(plaintext, using: new, authenticating: associatedData).combined
     }
 }

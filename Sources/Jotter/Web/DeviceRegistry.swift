@@ -56,21 +56,24 @@ public final class DeviceRegistry: Sendable {
     public static let pairingLifetime: Int64 = 10 * 60_000
     /// How long a used or expired link is remembered, so the page can say which it was.
     static let pairingMemory: Int64 = 7 * 86_400_000
-    /// `last_seen_at` is written at most this often per device (one write per request would be wasteful).
+    /// Sightings (`last_seen_at`) are kept in memory and written in one batch at most this often.
     static let lastSeenResolution: Int64 = 60_000
 
-    private let database: Mutex<DatabaseBox>
+    private let database: DatabaseQueue
     private let hashingKey: SymmetricKey
     private let clock: any WallClock
-    /// Device id → the `last_seen_at` last written.
-    private let lastSeenWritten = Mutex<[String: Int64]>([:])
+    /// Device id → when it was last seen, not yet written; and when the oldest of those was noted.
+    private let unwrittenSightings = Mutex<(seen: [String: Int64], since: Int64?)>(([:], nil))
 
-    /// A registry over the `devices` and `pairing_tokens` tables of the outbox database at `path`;
-    /// `hashingKey` comes from `Outbox.hashingKey(purpose: DeviceRegistry.hashingPurpose)`.
-    public init(databasePath: String, hashingKey: SymmetricKey, clock: any WallClock = SystemClock()) throws {
-        let database = try Database(path: databasePath)
-        try database.execute("PRAGMA busy_timeout = 5000")
-        self.database = Mutex(DatabaseBox(database))
+    /// A registry over the `devices` and `pairing_tokens` tables, through the outbox's database queue.
+    public convenience init(outbox: Outbox, clock: any WallClock = SystemClock()) throws {
+        self.init(database: outbox.database, hashingKey: try outbox.hashingKey(purpose: Self.hashingPurpose),
+                  clock: clock)
+    }
+
+    /// A registry over `database`; `hashingKey` is the outbox's key for `hashingPurpose`.
+    init(database: DatabaseQueue, hashingKey: SymmetricKey, clock: any WallClock) {
+        self.database = database
         self.hashingKey = hashingKey
         self.clock = clock
     }
@@ -91,13 +94,11 @@ public final class DeviceRegistry: Sendable {
         let token = try Self.newToken()
         let now = clock.nowMilliseconds()
         let expiry = now + Self.pairingLifetime
-        try database.withLock { box in
-            try box.database.write { database in
+        try database.write { database in
                 try database.run("DELETE FROM pairing_tokens WHERE expires_at < ?",
                                  [.integer(now - Self.pairingMemory)])
                 try database.run("INSERT INTO pairing_tokens (token_hash, created_at, expires_at) VALUES (?, ?, ?)",
                                  [.blob(hash(token)), .integer(now), .integer(expiry)])
-            }
         }
         return PairingToken(token: token, expiresAt: expiry)
     }
@@ -109,8 +110,7 @@ public final class DeviceRegistry: Sendable {
         let now = clock.nowMilliseconds()
         let key = hash(pairingToken)
         let name = String(SubjectLine.sanitized(deviceName).prefix(60))
-        return try database.withLock { box in
-            try box.database.write { database -> PairOutcome in
+        return try database.write { database -> PairOutcome in
                 guard let (expiresAt, usedAt) = try database.statement(
                     "SELECT expires_at, used_at FROM pairing_tokens WHERE token_hash = ?"
                 ).firstRow([.blob(key)], { ($0.int64(0), $0.optionalInt64(1)) }) else { return .unknown }
@@ -125,7 +125,6 @@ public final class DeviceRegistry: Sendable {
                     "INSERT INTO devices (id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)",
                     [.text(device.id), .text(device.name), .blob(hash(deviceToken)), .integer(now), .integer(now)])
                 return .paired(device: device, token: deviceToken)
-            }
         }
     }
 
@@ -134,12 +133,12 @@ public final class DeviceRegistry: Sendable {
         guard !deviceToken.isEmpty, deviceToken.utf8.count <= 128 else { return .unknown }
         let presented = hash(deviceToken)
         let now = clock.nowMilliseconds()
-        let found = database.withLock { box -> (id: String, stored: [UInt8], revoked: Bool)? in
-            try? box.database.statement(
+        let found = try? database.read { database in
+            try database.statement(
                 "SELECT id, token_hash, revoked_at IS NOT NULL FROM devices WHERE token_hash = ?"
-            ).firstRow([.blob(presented)]) { row in (row.text(0) ?? "", row.blob(1) ?? [], row.int64(2) != 0) }
+            ).firstRow([.blob(presented)]) { row in (id: row.text(0) ?? "", stored: row.blob(1) ?? [], revoked: row.int64(2) != 0) }
         }
-        guard let found, HMAC.constantTimeEquals(found.stored, presented) else { return .unknown }
+        guard let found = found ?? nil, HMAC.constantTimeEquals(found.stored, presented) else { return .unknown }
         if found.revoked { return .revoked(found.id) }
         noteSeen(id: found.id, now: now)
         return .valid(found.id)
@@ -151,36 +150,70 @@ public final class DeviceRegistry: Sendable {
         return nil
     }
 
-    /// Records that `id` was seen, writing at most once a minute per device.
+    /// Notes that `id` was seen. Nothing is written per request: sightings gather in memory and go to
+    /// the database in one write, off the request's thread, once the oldest is a minute old.
     private func noteSeen(id: String, now: Int64) {
-        let due = lastSeenWritten.withLock { written -> Bool in
-            if let last = written[id], now - last < Self.lastSeenResolution { return false }
-            if written.count > 10_000 { written.removeAll() }
-            written[id] = now
-            return true
+        let batch = unwrittenSightings.withLock { state -> [String: Int64]? in
+            state.seen[id] = now
+            guard let since = state.since else {
+                state.since = now
+                return nil
+            }
+            guard now - since >= Self.lastSeenResolution else { return nil }
+            defer { state = ([:], nil) }
+            return state.seen
         }
-        guard due else { return }
-        database.withLock { box in
-            try? box.database.run("UPDATE devices SET last_seen_at = ? WHERE id = ?", [.integer(now), .text(id)])
+        guard let batch else { return }
+        database.async { [database] in
+            _ = try? database.transaction(durable: false) { database in
+                for (id, at) in batch {
+                    try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
+                                     [.integer(at), .text(id)])
+                }
+            }
         }
+    }
+
+    /// Writes the sightings gathered in memory now (at shutdown).
+    public func flushSightings() {
+        let batch = unwrittenSightings.withLock { state -> [String: Int64] in
+            defer { state = ([:], nil) }
+            return state.seen
+        }
+        guard !batch.isEmpty else { return }
+        _ = try? database.write(durable: false) { database in
+            for (id, at) in batch {
+                try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
+                                 [.integer(at), .text(id)])
+            }
+        }
+    }
+
+    /// A device as stored, with a sighting not yet written.
+    private func withSighting(_ device: Device) -> Device {
+        var device = device
+        if let seen = unwrittenSightings.withLock({ $0.seen[device.id] }) {
+            device.lastSeenAt = max(device.lastSeenAt ?? 0, seen)
+        }
+        return device
     }
 
     /// One device by its exact id.
     public func device(id: String) throws -> Device? {
-        try database.withLock { box in
-            try box.database.statement(
+        try database.read { database in
+            try database.statement(
                 "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices WHERE id = ?"
             ).firstRow([.text(id)]) { Self.device($0) }
-        }
+        }.map(withSighting)
     }
 
     /// Every paired device, newest first.
     public func list() throws -> [Device] {
-        try database.withLock { box in
-            try box.database.statement(
+        try database.read { database in
+            try database.statement(
                 "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices ORDER BY created_at DESC"
             ).rows { Self.device($0) }
-        }
+        }.map(withSighting)
     }
 
     private static func device(_ row: Row) -> Device {
@@ -200,9 +233,9 @@ public final class DeviceRegistry: Sendable {
     /// Revokes a device (by id or unique id prefix); false if none matched.
     public func revoke(id: String) throws -> Bool {
         let now = clock.nowMilliseconds()
-        return try database.withLock { box in
-            guard let match = try uniqueMatch(box.database, id: id, activeOnly: true) else { return false }
-            try box.database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(match)])
+        return try database.write { database in
+            guard let match = try uniqueMatch(database, id: id, activeOnly: true) else { return false }
+            try database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(match)])
             return true
         }
     }
@@ -211,21 +244,10 @@ public final class DeviceRegistry: Sendable {
     public func rename(id: String, to name: String) throws -> String? {
         let cleaned = String(SubjectLine.sanitized(name).prefix(60))
         guard !cleaned.isEmpty else { return nil }
-        return try database.withLock { box in
-            guard let match = try uniqueMatch(box.database, id: id, activeOnly: false) else { return nil }
-            try box.database.run("UPDATE devices SET name = ? WHERE id = ?", [.text(cleaned), .text(match)])
+        return try database.write { database in
+            guard let match = try uniqueMatch(database, id: id, activeOnly: false) else { return nil }
+            try database.run("UPDATE devices SET name = ? WHERE id = ?", [.text(cleaned), .text(match)])
             return cleaned
         }
     }
-
-    /// Closes the database connection.
-    public func close() {
-        database.withLock { $0.database.close() }
-    }
-}
-
-/// Moves a connection into a mutex: only ever used while the mutex is held.
-final class DatabaseBox: @unchecked Sendable {
-    let database: Database
-    init(_ database: Database) { self.database = database }
 }

@@ -20,7 +20,7 @@ struct HistoryRoute: Sendable {
             return .error(400, code: "invalid_before", message: "before must be a message id.")
         }
         do {
-            let records = try outbox.history(limit: limit + 1, before: before)
+            let records = try outbox.history.latest(limit: limit + 1, before: before)
             var json = JSONWriter()
             json.array { json in
                 for record in records.prefix(limit) { Self.write(record, to: &json) }
@@ -40,7 +40,7 @@ struct HistoryRoute: Sendable {
             return .error(404, code: "not_found", message: "No memo has this id.")
         }
         do {
-            guard let record = try outbox.record(id: id) else {
+            guard let record = try outbox.history.record(id: id) else {
                 return .error(404, code: "not_found", message: "No memo has this id.")
             }
             var json = JSONWriter()
@@ -75,7 +75,7 @@ struct HistoryRoute: Sendable {
 
     func health() -> HTTPResponse {
         do {
-            let counts = try outbox.counts()
+            let counts = try outbox.history.counts()
             var json = JSONWriter()
             json.object { json in
                 json.field("status", "ok")

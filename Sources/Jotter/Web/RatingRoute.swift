@@ -66,12 +66,12 @@ final class RatingStore: Sendable {
         self.outbox = outbox
         self.clock = clock
         self.policy = policy
-        let sends = try outbox.acceptedCount()
-        let bucket = try outbox.readSetting("rating.bucket").flatMap { Int64($0) } ?? sends / policy.every
+        let sends = try outbox.history.acceptedCount()
+        let bucket = try outbox.settings.read("rating.bucket").flatMap { Int64($0) } ?? sends / policy.every
         state = Mutex(RatingPolicy.State(
             sends: sends, consideredBucket: bucket,
-            shownAt: try outbox.readSetting("rating.shown_at").flatMap { Int64($0) },
-            dismissedAt: try outbox.readSetting("rating.dismissed_at").flatMap { Int64($0) }))
+            shownAt: try outbox.settings.read("rating.shown_at").flatMap { Int64($0) },
+            dismissedAt: try outbox.settings.read("rating.dismissed_at").flatMap { Int64($0) }))
     }
 
     /// Counts a new memo; true when its answer should invite the page to show the prompt.
@@ -109,7 +109,7 @@ final class RatingStore: Sendable {
 
     private func persist(_ name: String, _ value: Int64) {
         let outbox = self.outbox
-        persistence.async { try? outbox.writeSetting(name, value: String(value)) }
+        persistence.async { try? outbox.settings.write(name, value: String(value)) }
     }
 
     /// Waits for pending writes (tests, and before the outbox closes).

@@ -1,0 +1,80 @@
+import Synchronization
+
+/// Accepts memos with **group commit**: the writer takes every memo waiting, inserts them in one
+/// transaction, and answers each only after that COMMIT (WAL, `synchronous=FULL`: on disk). While one
+/// batch is being fsynced the next one gathers, so throughput grows with concurrency instead of being
+/// one fsync per memo.
+final class GroupCommit: Sendable {
+    typealias Completion = @Sendable (Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>) -> Void
+
+    private struct Pending: Sendable {
+        var draft: MemoDraft
+        var completion: Completion
+    }
+
+    private let database: DatabaseQueue
+    private let store: MessageStore
+    private let clock: any WallClock
+    private let logger: Logger
+    private let pending = Mutex<(items: [Pending], scheduled: Bool)>(([], false))
+    private let onAccepted = Mutex<(@Sendable () -> Void)?>(nil)
+
+    init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger) {
+        self.database = database
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Called (on the writer queue) after a batch that stored at least one new memo commits.
+    func setOnAccepted(_ handler: (@Sendable () -> Void)?) {
+        onAccepted.withLock { $0 = handler }
+    }
+
+    /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
+    func enqueue(_ draft: MemoDraft, completion: @escaping Completion) {
+        let schedule = pending.withLock { state -> Bool in
+            state.items.append(Pending(draft: draft, completion: completion))
+            if state.scheduled { return false }
+            state.scheduled = true
+            return true
+        }
+        if schedule { database.async { self.commitBatch() } }
+    }
+
+    /// One batch: everything pending now, one transaction. Re-schedules itself (rather than looping)
+    /// so the delivery worker's writes interleave with a steady stream of enqueues.
+    private func commitBatch() {
+        let batch = pending.withLock { state -> [Pending] in
+            let items = state.items
+            state.items.removeAll(keepingCapacity: true)
+            if items.isEmpty { state.scheduled = false }
+            return items
+        }
+        guard !batch.isEmpty else { return }
+        defer { database.async { self.commitBatch() } }
+
+        let now = clock.nowMilliseconds()
+        var outcomes: [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] = []
+        outcomes.reserveCapacity(batch.count)
+        do {
+            try database.transaction(durable: true) { database in
+                for item in batch {
+                    outcomes.append(try store.insert(item.draft, now: now, into: database))
+                }
+            }
+        } catch {
+            let failure = error as? DatabaseError
+            logger.error("outbox commit failed", metadata: ["error.kind": failure?.kind ?? "\(type(of: error))",
+                                                            "batch": "\(batch.count)"])
+            let storage = Outbox.EnqueueError.storage(kind: failure?.kind ?? "io", diskFull: failure?.isDiskFull ?? false)
+            outcomes = Array(repeating: .failure(storage), count: batch.count)
+        }
+        for (item, outcome) in zip(batch, outcomes) {
+            item.completion(outcome)
+        }
+        if outcomes.contains(where: { if case .success(.accepted) = $0 { true } else { false } }) {
+            onAccepted.withLock { $0 }?()
+        }
+    }
+}

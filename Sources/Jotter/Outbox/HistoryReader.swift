@@ -1,0 +1,59 @@
+/// The history read model: what `/history`, `/healthz` and the CLI show of the outbox. Reads only, on
+/// the reader connection, never waiting for the writer.
+public struct HistoryReader: Sendable {
+    let database: DatabaseQueue
+    let sealer: Sealer
+
+    private static let columns = """
+        id, created_at, status, attempts, next_attempt_at, delivered_at, last_error, sealed_subject
+        """
+
+    private func record(_ row: Row) -> MessageRecord {
+        let id = row.text(0) ?? ""
+        let subject = row.blob(7).flatMap { sealer.open($0, .subject, id: id) }.map { String(decoding: $0, as: UTF8.self) }
+        return MessageRecord(id: id, createdAt: row.int64(1),
+                             status: DeliveryStatus(rawValue: row.text(2) ?? "") ?? .held,
+                             attempts: Int(row.int64(3)), nextAttemptAt: row.optionalInt64(4),
+                             deliveredAt: row.optionalInt64(5), lastError: row.text(6), subject: subject)
+    }
+
+    /// Newest first, at most `limit`, older than the memo `before` (an id) when given.
+    public func latest(limit: Int, before: String? = nil) throws -> [MessageRecord] {
+        try database.read { database in
+            if let before {
+                return try database.statement("""
+                    SELECT \(Self.columns) FROM messages
+                    WHERE seq < (SELECT seq FROM messages WHERE id = ?) ORDER BY seq DESC LIMIT ?
+                    """).rows([.text(before), .integer(Int64(limit))], record)
+            }
+            return try database.statement("SELECT \(Self.columns) FROM messages ORDER BY seq DESC LIMIT ?")
+                .rows([.integer(Int64(limit))], record)
+        }
+    }
+
+    /// One memo's record.
+    public func record(id: String) throws -> MessageRecord? {
+        try database.read { database in
+            try database.statement("SELECT \(Self.columns) FROM messages WHERE id = ?").firstRow([.text(id)], record)
+        }
+    }
+
+    /// How many memos are in each status.
+    public func counts() throws -> [DeliveryStatus: Int] {
+        try database.read { database in
+            var counts = Dictionary(uniqueKeysWithValues: DeliveryStatus.allCases.map { ($0, 0) })
+            for (status, count) in try database.statement("SELECT status, COUNT(*) FROM messages GROUP BY status")
+                .rows([], { row in (row.text(0) ?? "", Int(row.int64(1))) }) {
+                if let status = DeliveryStatus(rawValue: status) { counts[status] = count }
+            }
+            return counts
+        }
+    }
+
+    /// How many memos were ever accepted (rows are never deleted, so the highest sequence number).
+    public func acceptedCount() throws -> Int64 {
+        try database.read { database in
+            try database.statement("SELECT COALESCE(MAX(seq), 0) FROM messages").firstRow { $0.int64(0) } ?? 0
+        }
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+
+/// The `messages` table as SQL: inserting an accepted memo, and reading and writing a memo's
+/// `DeliveryLifecycle` exactly as the lifecycle decided it. It decides nothing itself. Every method
+/// runs inside a transaction its caller opened on the `DatabaseQueue`.
+struct MessageStore: Sendable {
+    let sealer: Sealer
+    let hashingKey: SymmetricKey
+
+    // MARK: Accept
+
+    /// Stores `draft` (or finds its earlier copy by `Idempotency-Key`).
+    func insert(_ draft: MemoDraft, now: Int64,
+                into database: Database) throws -> Result<Outbox.EnqueueOutcome, Outbox.EnqueueError> {
+        let payloadHash = HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey)
+        var idempotencyHash: DatabaseValue = .null
+        if let key = draft.idempotencyKey {
+            let hash = HMAC.sha256(Array(key.utf8), key: hashingKey)
+            idempotencyHash = .blob(hash)
+            let existing = try database.statement(
+                "SELECT id, payload_hash FROM messages WHERE idempotency_hash = ?"
+            ).firstRow([.blob(hash)]) { row in (row.text(0) ?? "", row.blob(1) ?? []) }
+            if let (id, storedHash) = existing {
+                return HMAC.constantTimeEquals(storedHash, payloadHash)
+                    ? .success(.replayed(id: id)) : .failure(.idempotencyConflict)
+            }
+        }
+        let id = UUID().uuidString.lowercased()
+        let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
+                                    ?? SubjectLine.derived(from: draft.body),
+                                  body: draft.body)
+        let lifecycle = DeliveryLifecycle.accepted(now: now)
+        try database.run("""
+            INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
+                                  next_attempt_at, idempotency_hash, payload_hash)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.text(id), .integer(now), .blob(try sealer.seal(content.encoded(), .payload, id: id)),
+                  .blob(try sealer.seal(Array(content.subject.utf8), .subject, id: id)),
+                  .text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
+                  Self.value(lifecycle.nextAttemptAt), idempotencyHash, .blob(payloadHash)])
+        return .success(.accepted(id: id))
+    }
+
+    /// The bytes whose keyed hash detects a conflicting replay: exactly what the client sent.
+    private static func canonicalPayload(_ draft: MemoDraft) -> [UInt8] {
+        var bytes: [UInt8] = []
+        if let subject = draft.subject {
+            bytes = [1] + Array(String(subject.utf8.count).utf8) + [0x3A] + Array(subject.utf8)
+        } else {
+            bytes = [0]
+        }
+        return bytes + Array(draft.body.utf8)
+    }
+
+    // MARK: Lifecycle
+
+    private static let lifecycleColumns = "status, attempts, backoff_step, next_attempt_at, lease_until, delivered_at, last_error"
+
+    private static func lifecycle(_ row: Row, from column: Int32) -> DeliveryLifecycle {
+        DeliveryLifecycle(status: DeliveryStatus(rawValue: row.text(column) ?? "") ?? .held,
+                          attempts: Int(row.int64(column + 1)), backoffStep: Int(row.int64(column + 2)),
+                          nextAttemptAt: row.optionalInt64(column + 3), leaseUntil: row.optionalInt64(column + 4),
+                          deliveredAt: row.optionalInt64(column + 5), lastError: row.text(column + 6))
+    }
+
+    /// Memo `id`'s lifecycle as stored.
+    func lifecycle(id: String, in database: Database) throws -> DeliveryLifecycle? {
+        try database.statement("SELECT \(Self.lifecycleColumns) FROM messages WHERE id = ?")
+            .firstRow([.text(id)]) { Self.lifecycle($0, from: 0) }
+    }
+
+    /// Writes `lifecycle` for memo `id`, provided it is still in status `from` (a transition is decided
+    /// on what was read in the same transaction; this guards against a caller that did not).
+    func persist(_ lifecycle: DeliveryLifecycle, id: String, from: DeliveryStatus, in database: Database) throws {
+        try database.run("""
+            UPDATE messages SET status = ?, attempts = ?, backoff_step = ?, next_attempt_at = ?, lease_until = ?,
+                                delivered_at = ?, last_error = ?,
+                                sealed_payload = CASE WHEN ? THEN NULL ELSE sealed_payload END
+            WHERE id = ? AND status = ?
+            """, [.text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
+                  .integer(Int64(lifecycle.backoffStep)), Self.value(lifecycle.nextAttemptAt),
+                  Self.value(lifecycle.leaseUntil), Self.value(lifecycle.deliveredAt),
+                  lifecycle.lastError.map { .text($0) } ?? .null, .integer(lifecycle.erasesBody ? 1 : 0),
+                  .text(id), .text(from.rawValue)])
+    }
+
+    /// Ids in `status`, oldest first.
+    func ids(in status: DeliveryStatus, database: Database) throws -> [String] {
+        try database.statement("SELECT id FROM messages WHERE status = ? ORDER BY seq")
+            .rows([.text(status.rawValue)]) { $0.text(0) ?? "" }
+    }
+
+    /// Up to `limit` memos that may be claimed now: due queued or retrying memos first (oldest due
+    /// first), then sends whose lease ran out.
+    func claimable(now: Int64, limit: Int, in database: Database)
+        throws -> [(id: String, createdAt: Int64, sealed: [UInt8]?, lifecycle: DeliveryLifecycle)] {
+        try database.statement("""
+            SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM messages
+            WHERE seq IN (
+                SELECT seq FROM (
+                    SELECT seq FROM messages INDEXED BY messages_waiting
+                    WHERE status IN ('queued', 'retrying') AND next_attempt_at <= ?1
+                    ORDER BY next_attempt_at, seq LIMIT ?2)
+                UNION ALL
+                SELECT seq FROM (
+                    SELECT seq FROM messages INDEXED BY messages_in_flight
+                    WHERE status = 'sending' AND lease_until <= ?1 LIMIT ?2)
+                LIMIT ?2)
+            ORDER BY COALESCE(next_attempt_at, lease_until), seq
+            """).rows([.integer(now), .integer(Int64(limit))]) { row in
+            (row.text(0) ?? "", row.int64(1), row.blob(2), Self.lifecycle(row, from: 3))
+        }
+    }
+
+    /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
+    func nextDueAt(in database: Database) throws -> Int64? {
+        let waiting = try database.statement("""
+            SELECT MIN(next_attempt_at) FROM messages INDEXED BY messages_waiting
+            WHERE status IN ('queued', 'retrying')
+            """).firstRow { $0.optionalInt64(0) } ?? nil
+        let leases = try database.statement("""
+            SELECT MIN(lease_until) FROM messages INDEXED BY messages_in_flight WHERE status = 'sending'
+            """).firstRow { $0.optionalInt64(0) } ?? nil
+        return [waiting, leases].compactMap { $0 }.min()
+    }
+
+    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms): not a lifecycle step.
+    func purgeSubjects(deliveredBefore cutoff: Int64, in database: Database) throws {
+        try database.run("UPDATE messages SET sealed_subject = NULL WHERE status = 'sent' AND delivered_at < ?",
+                         [.integer(cutoff)])
+    }
+
+    /// Opens a claimed memo's payload; nil if it does not open.
+    func open(_ sealed: [UInt8]?, id: String) -> MemoContent? {
+        guard let sealed, let plaintext = sealer.open(sealed, .payload, id: id) else { return nil }
+        return MemoContent(encoded: plaintext)
+    }
+
+    private static func value(_ number: Int64?) -> DatabaseValue {
+        number.map { .integer($0) } ?? .null
+    }
+}

@@ -1,0 +1,80 @@
+import Dispatch
+import Synchronization
+
+/// The one way into the database: every write on one serial queue over one connection, every read on
+/// a second connection that never waits for the writer (WAL). The outbox, settings, history and device
+/// stores all go through it, so there is one writer and one order of writes.
+///
+/// A write is durable (`synchronous=FULL`: on disk at COMMIT) unless asked otherwise; `durable: false`
+/// commits with `synchronous=NORMAL`, so the commit rides on the next durable commit or checkpoint
+/// (see DESIGN, "Power loss").
+///
+/// `@unchecked Sendable`: `writer` is touched only on `queue` (asserted), `reader` only while holding `readerLock`.
+public final class DatabaseQueue: @unchecked Sendable {
+    private let writer: Database
+    private let reader: Database
+    private let readerLock = Mutex(())
+    private let queue = DispatchQueue(label: "jotter.database.writer", qos: .userInitiated)
+    /// The database file.
+    public let path: String
+
+    /// Opens the database at `path` (creating and migrating it), with WAL, `synchronous=FULL` (read
+    /// back: the 204 promise depends on it) and `secure_delete`.
+    public init(path: String) throws {
+        let writer = try Database(path: path)
+        try Self.configure(writer)
+        try Migrations.migrate(writer)
+        let reader = try Database(path: path)
+        try reader.execute("PRAGMA busy_timeout = 5000")
+        self.writer = writer
+        self.reader = reader
+        self.path = path
+    }
+
+    private static func configure(_ database: Database) throws {
+        try database.execute("PRAGMA busy_timeout = 5000")
+        let mode = try database.pragma("journal_mode = WAL")
+        guard mode?.lowercased() == "wal" else {
+            throw DatabaseError(code: 1, message: "could not enable WAL (journal_mode is \(mode ?? "unknown"))")
+        }
+        try database.execute("PRAGMA synchronous = FULL; PRAGMA secure_delete = ON; PRAGMA foreign_keys = ON")
+        guard try database.pragma("synchronous") == "2" else {
+            throw DatabaseError(code: 1, message: "could not set synchronous=FULL")
+        }
+        guard try database.pragma("secure_delete") == "1" else {
+            throw DatabaseError(code: 1, message: "could not set secure_delete")
+        }
+    }
+
+    /// Runs `body` in a write transaction on the writer queue and waits for it. Never call it from the
+    /// writer queue itself (use `transaction` there).
+    public func write<T: Sendable>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        return try queue.sync { try transaction(durable: durable, body) }
+    }
+
+    /// Runs `work` on the writer queue later (a group commit gathers its batch there).
+    public func async(_ work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+    }
+
+    /// A write transaction, on the writer queue (asserted): for work already running there.
+    public func transaction<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if durable { return try writer.write(body) }
+        try writer.execute("PRAGMA synchronous = NORMAL")
+        defer { try? writer.execute("PRAGMA synchronous = FULL") }
+        return try writer.write(body)
+    }
+
+    /// Runs `body` in a read transaction (one consistent snapshot) on the reader connection.
+    public func read<T: Sendable>(_ body: (Database) throws -> T) throws -> T {
+        try readerLock.withLock { _ in try reader.read(body) }
+    }
+
+    /// Closes both connections after the writer has finished what it was given.
+    public func close() {
+        queue.sync { writer.close() }
+        readerLock.withLock { _ in reader.close() }
+    }
+}
