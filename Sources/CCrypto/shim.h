@@ -19,10 +19,11 @@ static inline EVP_PKEY *jotter_ec_p256_key(void) {
 }
 
 /// Adds an X.509 v3 extension given in OpenSSL's config syntax ("DNS:localhost,IP:127.0.0.1").
-static inline int jotter_x509_add_extension(X509 *certificate, int nid, const char *value) {
+/// `issuer` is what `authorityKeyIdentifier` is taken from (the certificate itself when self-signed).
+static inline int jotter_x509_add_extension(X509 *certificate, X509 *issuer, int nid, const char *value) {
     X509V3_CTX context;
     X509V3_set_ctx_nodb(&context);
-    X509V3_set_ctx(&context, certificate, certificate, NULL, NULL, 0);
+    X509V3_set_ctx(&context, issuer, certificate, NULL, NULL, 0);
     X509_EXTENSION *extension = X509V3_EXT_conf_nid(NULL, &context, nid, value);
     if (extension == NULL) return 0;
     int ok = X509_add_ext(certificate, extension, -1);

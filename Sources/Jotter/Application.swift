@@ -55,17 +55,21 @@ public final class Application: Sendable {
         if configuration.lan {
             let addresses = NetworkInterfaces.lanAddresses()
             let names = ["localhost"] + machineNames
-            var fingerprint: String?
+            var trustAnchor: TrustAnchor?
             if !configuration.insecureHTTP {
-                let certificate = try SelfSignedCertificate.loadOrCreate(
-                    directory: dataDirectory.path + "/tls", names: names, addresses: addresses + ["127.0.0.1"])
-                http.tls = (certificate.privateKeyPEM, certificate.certificatePEM)
-                fingerprint = certificate.fingerprint
+                let tls = try Self.loadTLS(directory: dataDirectory.path + "/tls", machineNames: machineNames,
+                                           names: names, addresses: addresses + ["127.0.0.1"],
+                                           now: clock.nowMilliseconds() / 1000, logger: logger.labelled("tls"))
+                http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)
+                trustAnchor = TrustAnchor(fingerprint: tls.authority.fingerprint,
+                                          certificate: tls.authority.certificateDER,
+                                          mobileConfig: tls.authority.mobileConfig)
             }
             let registry = try DeviceRegistry(outbox: outbox, clock: clock)
             devices = registry
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
-                              fingerprint: fingerprint, pairingToken: try registry.issuePairingToken().token)
+                              fingerprint: trustAnchor?.fingerprint, trustAnchor: trustAnchor,
+                              pairingToken: try registry.issuePairingToken().token)
         }
         let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + machineNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,

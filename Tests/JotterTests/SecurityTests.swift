@@ -208,12 +208,18 @@ import Testing
         let fingerprint = try #require(server.application.lanInfo?.fingerprint)
         let script = """
             import hashlib, ssl, sys
-            pem = ssl.get_server_certificate(('127.0.0.1', int(sys.argv[1])))
-            der = ssl.PEM_cert_to_DER_cert(pem)
-            print(':'.join('%02X' % b for b in hashlib.sha256(der).digest()))
+            def digest(pem):
+                der = ssl.PEM_cert_to_DER_cert(pem)
+                return ':'.join('%02X' % b for b in hashlib.sha256(der).digest())
+            print(digest(ssl.get_server_certificate(('127.0.0.1', int(sys.argv[1])))))
+            print(digest(open(sys.argv[2] + '/cert.pem').read()))
+            print(digest(open(sys.argv[2] + '/ca.pem').read()))
             """
-        let served = try Python.run(script, arguments: [String(server.port)]).trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(served == fingerprint)
+        let lines = try Python.run(script, arguments: [String(server.port), directory.file("data/tls")])
+            .split(separator: "\n").map(String.init)
+        try #require(lines.count == 3)
+        #expect(lines[0] == lines[1], "serves data/tls/cert.pem")
+        #expect(lines[2] == fingerprint, "the fingerprint shown is the local CA's, which the phone trusts")
         let keyMode = try FileManager.default.attributesOfItem(atPath: directory.file("data/tls/key.pem"))[.posixPermissions] as? Int
         #expect(keyMode == 0o600)
     }

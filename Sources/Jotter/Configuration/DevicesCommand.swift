@@ -77,7 +77,7 @@ public enum PairCommand {
     }
 }
 
-/// The LAN-mode banner: addresses, the certificate fingerprint, the pairing link and its QR code.
+/// The LAN-mode banner: addresses, the local CA's fingerprint, the pairing link and its QR code.
 public enum LANBanner {
     /// The first lines `serve` prints: a URL that works from where it is used. With `--lan` on every
     /// interface, that is the LAN address a phone would open, then this machine's loopback URL.
@@ -96,9 +96,9 @@ public enum LANBanner {
     public static func text(_ lan: LANInfo) -> String {
         var lines: [String] = []
         if let fingerprint = lan.fingerprint {
-            lines.append("Certificate SHA-256 fingerprint: \(fingerprint)")
+            lines.append("Local CA SHA-256 fingerprint: \(fingerprint)")
             lines.append("(to trust it once on a phone, use \"Pair a phone\" on this computer's Jotter page, "
-                + "or compare this fingerprint when the phone asks)")
+                + "or compare this fingerprint with the CA the phone installs)")
         } else {
             lines.append("WARNING: plain HTTP on the LAN (--insecure-http): anyone on this network can read memos.")
         }

@@ -31,7 +31,8 @@ public final class HTTPServer: @unchecked Sendable {
         public var connectionMemoryBytes = 32 * 1024
         /// libmicrohttpd's worker threads.
         public var threads = 2
-        /// Serve HTTPS with this PEM key and certificate (LAN mode); nil serves plain HTTP.
+        /// Serve HTTPS with this PEM key and certificate (LAN mode); nil serves plain HTTP. The certificate
+        /// may be a chain, leaf first: GnuTLS sends every certificate in it.
         public var tls: (keyPEM: String, certificatePEM: String)?
 
         /// The defaults.

@@ -1,0 +1,37 @@
+extension Application {
+    /// LAN mode's HTTPS: the local CA and the server certificate it signs, from `directory`.
+    struct TLS {
+        let authority: LocalCertificateAuthority
+        let certificate: ServerCertificate
+
+        /// What the server presents: its certificate, then the CA's. A client that trusts the CA needs
+        /// only the first; sending the CA too lets a client show the whole chain when asked to trust it.
+        /// (libmicrohttpd hands the PEM to GnuTLS, which takes a chain, leaf first.)
+        var chainPEM: String { certificate.certificatePEM + authority.certificatePEM }
+    }
+
+    /// Loads (or creates) the local CA and the server certificate, renewing the latter when due, and
+    /// says so in the log: fingerprints, dates and reasons only, never a key.
+    static func loadTLS(directory: String, machineNames: [String], names: [String], addresses: [String],
+                        now: Int64, logger: Logger) throws -> TLS {
+        let authority = try LocalCertificateAuthority.loadOrCreate(directory: directory, hostNames: machineNames,
+                                                                   now: now)
+        if authority.isNew {
+            logger.notice("created a local certificate authority; phones must trust it once",
+                          metadata: ["ca.fingerprint": authority.fingerprint])
+        }
+        let certificate = try ServerCertificate.loadOrRenew(directory: directory, authority: authority,
+                                                            names: names, addresses: addresses, now: now)
+        if let renewal = certificate.renewal {
+            logger.notice("issued a new HTTPS certificate under the local CA", metadata: [
+                "reason": renewal.rawValue,
+                "not_after": Timestamp.iso8601(milliseconds: certificate.notAfter * 1000),
+            ])
+        }
+        if !certificate.omitted.isEmpty {
+            logger.warning("the local CA may not vouch for some of this machine's names or addresses; "
+                + "phones cannot reach it by those", metadata: ["omitted": certificate.omitted.joined(separator: " ")])
+        }
+        return TLS(authority: authority, certificate: certificate)
+    }
+}
