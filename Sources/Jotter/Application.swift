@@ -147,7 +147,7 @@ public final class Application: Sendable {
             respond(history.one(id: parameters["id"] ?? ""))
         }
         router.add("POST", "/history/{id}/retry") { _, parameters, respond in
-            respond(history.retry(id: parameters["id"] ?? "") { worker.wake() })
+            history.retry(id: parameters["id"] ?? "", wake: { worker.wake() }, respond: respond)
         }
         router.add("GET", "/i18n/{file}") { _, parameters, respond in
             respond(page.translations(file: parameters["file"] ?? ""))

@@ -176,16 +176,25 @@ public final class Outbox: Sendable {
         case notFailed(DeliveryStatus)
     }
 
-    /// Puts one `failed` or `held` memo back in the queue, due now, with a fresh backoff ladder.
-    public func requeue(id: String) throws -> RequeueOutcome {
+    /// Puts one `failed` or `held` memo back in the queue, due now, with a fresh backoff ladder. The
+    /// write is queued behind the writer's other work; `completion` runs when it is done (no request
+    /// thread waits for the writer).
+    public func requeue(id: String, completion: @escaping @Sendable (Result<RequeueOutcome, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
-        do {
-            let after = try transition(id: id) { lifecycle throws(DeliveryLifecycle.Refusal) in
-                try lifecycle.requeue(now: now)
-            }
-            return after == nil ? .notFound : .requeued
-        } catch let refusal as DeliveryLifecycle.Refusal {
-            return .notFailed(refusal.from)
+        database.async { [store, database] in
+            completion(Result {
+                try database.transaction { database -> RequeueOutcome in
+                    guard let before = try store.lifecycle(id: id, in: database) else { return .notFound }
+                    var after = before
+                    do throws(DeliveryLifecycle.Refusal) {
+                        try after.requeue(now: now)
+                    } catch {
+                        return .notFailed(error.from)
+                    }
+                    try store.persist(after, id: id, from: before.status, in: database)
+                    return .requeued
+                }
+            })
         }
     }
 

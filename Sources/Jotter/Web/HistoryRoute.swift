@@ -53,23 +53,25 @@ struct HistoryRoute: Sendable {
         }
     }
 
-    /// `POST /history/{id}/retry`: a failed or held memo goes back in the queue.
-    func retry(id: String, wake: () -> Void) -> HTTPResponse {
+    /// `POST /history/{id}/retry`: a failed or held memo goes back in the queue. Answered when the
+    /// writer has done it, without holding a request thread meanwhile.
+    func retry(id: String, wake: @escaping @Sendable () -> Void,
+               respond: @escaping @Sendable (HTTPResponse) -> Void) {
         guard Self.isMessageID(id) else {
-            return .error(404, code: "not_found", message: "No memo has this id.")
+            return respond(.error(404, code: "not_found", message: "No memo has this id."))
         }
-        do {
-            switch try outbox.requeue(id: id) {
-            case .notFound:
-                return .error(404, code: "not_found", message: "No memo has this id.")
-            case .notFailed:
-                return .error(409, code: "not_failed", message: "Only failed or held memos can be retried.")
-            case .requeued:
+        outbox.requeue(id: id) { result in
+            switch result {
+            case .success(.notFound):
+                respond(.error(404, code: "not_found", message: "No memo has this id."))
+            case .success(.notFailed):
+                respond(.error(409, code: "not_failed", message: "Only failed or held memos can be retried."))
+            case .success(.requeued):
                 wake()
-                return one(id: id).with(status: 202)
+                respond(one(id: id).with(status: 202))
+            case .failure:
+                respond(Self.storageError)
             }
-        } catch {
-            return Self.storageError
         }
     }
 
