@@ -3,7 +3,8 @@ import Glibc
 /// Jotter assembled: data directory, key, outbox, delivery worker, routes and HTTP server.
 ///
 /// `main` and the live tests both start Jotter through this type, so tests exercise exactly what
-/// users run. Start order: storage, worker, server; stop order: server (drained), worker, storage.
+/// users run. `init` wires the parts (opening files, nothing more); `start` starts the worker and the
+/// server; `stop` stops the server (drained), the worker, then storage.
 public final class Application: Sendable {
     /// The configuration it was started with.
     public let configuration: Configuration
@@ -15,16 +16,25 @@ public final class Application: Sendable {
     let rating: RatingStore
     let policy: RequestPolicy
     let devices: DeviceRegistry?
-    /// In LAN mode: where phones reach this server, and how to pair them.
-    public let lanInfo: LANInfo?
+    /// In LAN mode, before the port is known.
+    private let lan: LANInfo?
     private let dataDirectory: DataDirectory
     private let logger: Logger
 
-    /// Opens everything and starts serving. Throws (with a message fit for a person) if anything is
-    /// wrong: an unreadable or insecure key, a locked data directory, a bad relay, a busy port.
+    /// In LAN mode: where phones reach this server, and how to pair them.
+    public var lanInfo: LANInfo? {
+        lan.map { lan in
+            var lan = lan
+            lan.port = server.port
+            return lan
+        }
+    }
+
+    /// Opens and wires everything; `start()` then serves. Throws (with a message fit for a person) if
+    /// anything is wrong: an unreadable or insecure key, a locked data directory, a bad relay.
     public init(configuration: Configuration, transport: (any Transport)? = nil,
-                clock: any WallClock = SystemClock(), logSink: LogSink = .standardError,
-                credentialsDirectory: String? = nil) throws {
+                clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
+                logSink: LogSink = .standardError, credentialsDirectory: String? = nil) throws {
         let logger = Logger(label: "jotter", level: configuration.logLevel, sink: logSink)
         self.configuration = configuration
         self.logger = logger
@@ -42,11 +52,7 @@ public final class Application: Sendable {
         outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                             logger: logger.labelled("outbox"))
         worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
-                                clock: clock, logger: logger.labelled("delivery"))
-        if try outbox.settings.changed("relay", fingerprint: Array((configuration.relay ?? "maildir:default").utf8)) {
-            let count = try outbox.requeueFailed()
-            logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
-        }
+                                clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
         rating = try RatingStore(outbox: outbox, clock: clock)
         var http = configuration.http
         var lanInfo: LANInfo?
@@ -91,16 +97,26 @@ public final class Application: Sendable {
         }
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
+        lan = lanInfo
+    }
+
+    /// Starts delivering and serving. Throws if the port is busy (or storage fails); everything
+    /// opened is closed again then.
+    public func start() throws {
         do {
+            let relay = Array((configuration.relay ?? "maildir:default").utf8)
+            if try outbox.settings.changed("relay", fingerprint: relay) {
+                let count = try outbox.requeueFailed()
+                logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
+            }
             try worker.start()
             try server.start()
             policy.setPort(server.port)
-            lanInfo?.port = server.port
-            self.lanInfo = lanInfo
             if let lanInfo { try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path) }
         } catch {
             worker.stop()
             outbox.close()
+            dataDirectory.unlock()
             throw error
         }
     }
@@ -122,7 +138,7 @@ public final class Application: Sendable {
 
     /// Stops in order: the server (draining requests in flight), the worker, then the outbox.
     public func stop() {
-        if lanInfo != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
+        if lan != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
         server.stop()
         worker.stop()
         rating.flush()

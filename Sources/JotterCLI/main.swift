@@ -46,6 +46,7 @@ case .serve(let configuration):
     do {
         application = try Application(configuration: configuration,
                                       credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
+        try application.start()
     } catch {
         LogSink.standardError.flush()
         FileHandle.standardError.write(Data("jotter: cannot start: \(error)\n".utf8))

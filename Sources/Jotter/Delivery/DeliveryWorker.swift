@@ -44,7 +44,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let senders = DispatchQueue(label: "jotter.delivery.slots", attributes: .concurrent)
     private let idle = DispatchGroup()
     private var inFlight = 0
-    private var timer: (any DispatchSourceTimer)?
+    private let scheduler: any Scheduler
+    private var timer: (any SchedulerTimer)?
     private var stopped = true
     private var lastPurge: Int64 = 0
     /// The relay was unreachable: no claims until a probe succeeds.
@@ -56,8 +57,10 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// A worker for `outbox` delivering through `transport`.
     public init(outbox: Outbox, transport: any Transport, configuration: Configuration = Configuration(),
-                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "delivery")) {
+                clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
+                logger: Logger = Logger(label: "delivery")) {
         self.outbox = outbox
+        self.scheduler = scheduler
         self.transport = transport
         self.configuration = configuration
         self.clock = clock
@@ -72,10 +75,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
         control.sync {
             stopped = false
-            let timer = DispatchSource.makeTimerSource(queue: control)
-            timer.setEventHandler { [unowned self] in self.pump() }
-            timer.resume()
-            self.timer = timer
+            timer = scheduler.makeTimer(queue: control) { [unowned self] in self.pump() }
         }
         wake()
     }
@@ -102,6 +102,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     private func pump() {
+        dispatchPrecondition(condition: .onQueue(control))
         guard !stopped else { return }
         let now = clock.nowMilliseconds()
         if offline {
@@ -136,6 +137,7 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
     private func probeIfDue(now: Int64) {
+        dispatchPrecondition(condition: .onQueue(control))
         let dueAt = lastProbe + configuration.offlineProbeMilliseconds
         if !probing && now >= dueAt {
             probing = true
@@ -158,7 +160,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
         }
         let wait = max(1, (probing ? now : lastProbe) + configuration.offlineProbeMilliseconds - now)
-        timer?.schedule(deadline: .now() + .milliseconds(Int(wait)), leeway: .milliseconds(20))
+        timer?.arm(afterMilliseconds: wait)
     }
 
     private func goOffline() {
@@ -174,6 +176,7 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// Arms the timer for the next due memo (at most a minute away, so the purge also runs).
     private func scheduleTimer(now: Int64) {
+        dispatchPrecondition(condition: .onQueue(control))
         var delay: Int64 = 60_000
         if let due = try? outbox.nextDueAt() {
             delay = min(delay, max(due - now, 0))
@@ -181,7 +184,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         if inFlight >= configuration.slots && delay == 0 {
             delay = 60_000  // every slot busy: a finishing send pumps again
         }
-        timer?.schedule(deadline: .now() + .milliseconds(Int(max(delay, 1))), leeway: .milliseconds(5))
+        timer?.arm(afterMilliseconds: max(delay, 1))
     }
 
     private func deliver(_ claimed: ClaimedMessage) {

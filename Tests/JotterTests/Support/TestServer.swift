@@ -9,7 +9,7 @@ final class TestServer: @unchecked Sendable {
     let logs: LogSink
 
     init(dataDirectory: String, maxBodyBytes: Int = 256 * 1024, transport: (any Transport)? = nil,
-         relay: String? = nil, clock: any WallClock = SystemClock(),
+         relay: String? = nil, clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
          configure: (inout Configuration) -> Void = { _ in }) throws {
         var configuration = Configuration(dataDirectory: dataDirectory, publicDirectory: Repository.publicDirectory)
         configuration.http.host = "127.0.0.1"
@@ -22,7 +22,8 @@ final class TestServer: @unchecked Sendable {
         self.logs = logs
         self.dataDirectory = dataDirectory
         application = try Application(configuration: configuration, transport: transport, clock: clock,
-                                      logSink: logs)
+                                      scheduler: scheduler, logSink: logs)
+        try application.start()
     }
 
     var port: Int { application.port }

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// The delivery worker on manual time: its backoff is read off the timer it arms and time is moved
+/// past it, so hours of retries take milliseconds and no test sleeps to let time pass.
+@Suite struct DeliveryWorkerTests {
+    /// A worker over a fresh outbox, a steerable transport and manual time.
+    private final class Fixture: Sendable {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let transport: ControlledTransport
+        let outbox: Outbox
+        let worker: DeliveryWorker
+
+        init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0)) throws {
+            transport = ControlledTransport(behaviour)
+            outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+            var configuration = DeliveryWorker.Configuration()
+            configuration.retryPolicy = policy
+            worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration,
+                                    clock: scheduler.clock, scheduler: scheduler)
+            let worker = worker
+            outbox.setOnAccepted { worker.wake() }
+            try worker.start()
+        }
+
+        func stop() {
+            worker.stop()
+            outbox.close()
+        }
+
+        var now: Int64 { scheduler.clock.nowMilliseconds() }
+
+        /// Waits (real time, generously) until the worker has armed its timer for `deadline`.
+        func waitForDeadline(_ deadline: Int64) -> Bool {
+            TestServer.waitUntil(timeout: 20) { scheduler.nextDeadline == deadline }
+        }
+
+        func record(_ id: String) throws -> MessageRecord? {
+            try outbox.history.record(id: id)
+        }
+    }
+
+    @Test func transientFailuresBackOffOneTwoFourEightSecondsThenDeliver() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.serverError, permanent: false)))
+        defer { fixture.stop() }
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "retried on manual time")).id
+        var waits: [Int64] = []
+        for attempt in 1...4 {
+            #expect(fixture.transport.waitUntilReceived(count: attempt, timeout: 20), "attempt \(attempt) never came")
+            #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .retrying
+                && (try? fixture.record(id))??.attempts == attempt })
+            let due = try #require(try fixture.record(id)?.nextAttemptAt)
+            waits.append(due - fixture.now)
+            #expect(fixture.waitForDeadline(due), "the timer is armed for the retry, not earlier or later")
+            // Just before it is due nothing happens; at the deadline the next attempt starts.
+            fixture.scheduler.advance(milliseconds: due - fixture.now - 1)
+            #expect(fixture.transport.messages.count == attempt)
+            if attempt == 4 { fixture.transport.release() }
+            fixture.scheduler.advance(milliseconds: 1)
+        }
+        #expect(waits == [1000, 2000, 4000, 8000])
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .sent })
+        #expect(fixture.transport.messages.count == 5)
+        #expect(Set(fixture.transport.messages.map(\.id)) == [id], "one memo, the same id every attempt")
+    }
+
+    @Test func theBackoffIsCappedAtAnHourAndTheWorkerStillWakesEveryMinute() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.timeout, permanent: false)))
+        defer { fixture.stop() }
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "a long outage")).id
+        var attempts = 0
+        var longest: Int64 = 0
+        // Thirteen failures: 1 s, 2 s, … 2048 s, then the cap (an hour). Time moves timer by timer.
+        while attempts < 14 {
+            #expect(fixture.transport.waitUntilReceived(count: attempts + 1, timeout: 20))
+            attempts += 1
+            #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.attempts == attempts
+                && (try? fixture.record(id))??.status == .retrying })
+            let due = try #require(try fixture.record(id)?.nextAttemptAt)
+            longest = max(longest, due - fixture.now)
+            while fixture.now < due {
+                // The timer never sleeps more than a minute (the subject purge runs on it too).
+                #expect(TestServer.waitUntil(timeout: 20) { fixture.scheduler.nextDeadline != nil })
+                let next = try #require(fixture.scheduler.nextDeadline)
+                #expect(next - fixture.now <= 60_000)
+                fixture.scheduler.advance(milliseconds: max(next - fixture.now, 1))
+            }
+        }
+        #expect(longest == 3_600_000)
+    }
+
+    @Test func aPermanentFailureArmsNoRetry() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.auth, permanent: true)))
+        defer { fixture.stop() }
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "wrong password")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .failed })
+        #expect(try fixture.record(id)?.lastError == "auth")
+        #expect(try fixture.outbox.nextDueAt() == nil)
+        fixture.scheduler.advance(milliseconds: 86_400_000)
+        #expect(fixture.transport.messages.count == 1, "a failed memo waits for a person, not a timer")
+    }
+}

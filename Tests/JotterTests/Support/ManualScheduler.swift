@@ -1,0 +1,69 @@
+import Dispatch
+import Synchronization
+@testable import Jotter
+
+/// Time that moves only when a test says so: a `ManualClock` and the timers armed against it. Moving
+/// it fires every timer whose deadline has come (on its own queue), so a worker's backoff of an hour
+/// is tested without waiting an hour, or a second.
+final class ManualScheduler: Scheduler {
+    let clock: ManualClock
+    private let timers = Mutex<[ManualTimer]>([])
+
+    init(clock: ManualClock = ManualClock()) {
+        self.clock = clock
+    }
+
+    func makeTimer(queue: DispatchQueue, handler: @escaping @Sendable () -> Void) -> any SchedulerTimer {
+        let timer = ManualTimer(queue: queue, handler: handler, clock: clock)
+        timers.withLock { $0.append(timer) }
+        return timer
+    }
+
+    /// Moves time forward by `milliseconds` and fires what came due.
+    func advance(milliseconds: Int64) {
+        clock.advance(milliseconds: milliseconds)
+        let now = clock.nowMilliseconds()
+        for timer in timers.withLock({ $0 }) { timer.fireIfDue(now: now) }
+    }
+
+    /// The earliest armed deadline, if any timer is armed.
+    var nextDeadline: Int64? {
+        timers.withLock { $0.compactMap(\.deadline).min() }
+    }
+}
+
+/// One timer: armed with a deadline on the manual clock.
+final class ManualTimer: SchedulerTimer {
+    private let queue: DispatchQueue
+    private let handler: @Sendable () -> Void
+    private let clock: ManualClock
+    private let state = Mutex<(deadline: Int64?, cancelled: Bool)>((nil, false))
+
+    init(queue: DispatchQueue, handler: @escaping @Sendable () -> Void, clock: ManualClock) {
+        self.queue = queue
+        self.handler = handler
+        self.clock = clock
+    }
+
+    var deadline: Int64? { state.withLock { $0.cancelled ? nil : $0.deadline } }
+
+    func arm(afterMilliseconds milliseconds: Int64) {
+        let now = clock.nowMilliseconds()
+        state.withLock { $0.deadline = now + max(milliseconds, 0) }
+        // A deadline already reached fires as a real timer would: at once.
+        if milliseconds <= 0 { fireIfDue(now: now) }
+    }
+
+    func cancel() {
+        state.withLock { $0.cancelled = true }
+    }
+
+    func fireIfDue(now: Int64) {
+        let due = state.withLock { state -> Bool in
+            guard !state.cancelled, let deadline = state.deadline, deadline <= now else { return false }
+            state.deadline = nil
+            return true
+        }
+        if due { queue.async(execute: handler) }
+    }
+}
