@@ -16,6 +16,16 @@ public final class Application: Sendable {
     let rating: RatingStore
     let policy: RequestPolicy
     let devices: DeviceRegistry?
+    /// What answers a request once the HTTP layer has read it: the request policy, then the router.
+    public typealias Handler = @Sendable (HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) -> Void
+    private let handler: Handler
+
+    /// Answers `request` as the server would, without a socket (for tests at the router: `respond`
+    /// gets exactly what the HTTP layer would send, before framing).
+    public func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        handler(request, respond)
+    }
+
     /// In LAN mode, before the port is known.
     private let lan: LANInfo?
     private let dataDirectory: DataDirectory
@@ -88,13 +98,15 @@ public final class Application: Sendable {
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      pair: pairRoute, publicDirectory: configuration.publicDirectory,
                                      lan: configuration.lan)
-        server = HTTPServer(configuration: http, logger: logger.labelled("http")) { request, respond in
+        let handler: Handler = { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
                 return
             }
             router.handle(request, respond: respond)
         }
+        self.handler = handler
+        server = HTTPServer(configuration: http, logger: logger.labelled("http"), handler: handler)
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
         lan = lanInfo

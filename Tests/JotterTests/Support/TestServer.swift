@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 @testable import Jotter
 
 /// A whole Jotter (outbox, worker, HTTP on 127.0.0.1:0) started in-process by a test, with its logs
@@ -32,6 +33,40 @@ final class TestServer: @unchecked Sendable {
 
     func stop() {
         application.stop()
+    }
+
+    /// The application's answer to a request, without a socket: the request policy and the router
+    /// exactly as the server runs them, before HTTP framing (so: no `Content-Length`, and a HEAD still
+    /// has its body). Same call as `request`: `path` may carry a query. `Host` is filled in unless
+    /// given; the peer is `from` (loopback by default).
+    func route(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = [],
+               from address: String = "127.0.0.1", timeout: Double = 30) throws -> RawHTTP.Response {
+        var fields = HTTPHeaders(headers.map { (name: $0.0, value: $0.1) })
+        if fields["Host"] == nil { fields.add(name: "Host", value: "127.0.0.1:\(port)") }
+        let parts = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let query: [(name: String, value: String)] = parts.count < 2 ? [] : parts[1].split(separator: "&").map { pair in
+            let field = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map {
+                String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String($0)
+            }
+            return (name: field[0], value: field.count > 1 ? field[1] : "")
+        }
+        let request = HTTPRequest(method: method, path: String(parts[0]), query: query, headers: fields, body: body,
+                                  remoteAddress: address)
+        let answer = Mutex<HTTPResponse?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        application.handle(request) { response in
+            answer.withLock { $0 = response }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + timeout) == .success, let response = answer.withLock({ $0 }) else {
+            throw RouteTimeout(method: method, path: path)
+        }
+        return RawHTTP.Response(status: response.status, headers: response.headers.fields, body: response.body)
+    }
+
+    struct RouteTimeout: Error, CustomStringConvertible {
+        let method: String, path: String
+        var description: String { "no answer to \(method) \(path)" }
     }
 
     /// Sends raw bytes and reads the whole response.
