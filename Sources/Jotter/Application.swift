@@ -52,8 +52,10 @@ public final class Application: Sendable {
         if access(dataDirectory.keyPath + ".new", F_OK) == 0 {
             throw StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
         }
+        try dataDirectory.checkDatabase()
         let key = try KeyStore.load(path: dataDirectory.keyPath,
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
+                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    protecting: dataDirectory.databasePath)
         let relay = try RelayURL(configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
         let transport = transport ?? relay.transport
         var delivery = configuration.delivery
@@ -61,6 +63,7 @@ public final class Application: Sendable {
         if let to = relay.to { delivery.to = to }
         outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                             logger: logger.labelled("outbox"))
+        dataDirectory.markDatabaseCreated()
         worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
                                 clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
         rating = try RatingStore(outbox: outbox, clock: clock)

@@ -48,7 +48,8 @@ public enum DevicesCommand {
         }
         // Opening the outbox applies migrations; the registry then shares the database file.
         let key = try KeyStore.load(path: directory + "/key",
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" })
+                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    protecting: directory + "/jotter.db")
         let outbox = try Outbox(path: directory + "/jotter.db", key: key)
         defer { outbox.close() }
         let registry = try DeviceRegistry(outbox: outbox)

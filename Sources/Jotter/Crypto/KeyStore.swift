@@ -10,6 +10,9 @@ public enum KeyStore {
     public enum Failure: Error, CustomStringConvertible, Equatable, Sendable {
         case insecurePermissions(path: String, mode: UInt32)
         case wrongLength(path: String, length: Int)
+        case notAFile(path: String)
+        /// The key is missing but the database holds memos sealed with it: nothing is created.
+        case missing(path: String, databasePath: String)
         case io(path: String, errno: Int32)
 
         public var description: String {
@@ -19,17 +22,29 @@ public enum KeyStore {
                     + "it must not be accessible to group or others "
                     + "(run: chmod 600 \(path))"
             case .wrongLength(let path, let length):
-                return "key file \(path) holds \(length) bytes; a Jotter key is exactly 32"
+                return "key file \(path) holds \(length) bytes; a Jotter key is exactly 32 "
+                    + "(restore the key file that belongs to this data directory)"
+            case .notAFile(let path):
+                return "key file \(path) is not a regular file (a directory?); a Jotter key is a 32-byte file"
+            case .missing(let path, let databasePath):
+                return "key file \(path) is missing, but \(databasePath) holds memos sealed with it; "
+                    + "restore the key from your backup (nothing was created)"
             case .io(let path, let code):
                 return "key file \(path): \(String(cString: strerror(code)))"
             }
         }
     }
 
-    /// The key at `credentialPath` if that file exists, else the one at `path` (created if missing).
-    public static func load(path: String, credentialPath: String? = nil) throws -> SymmetricKey {
+    /// The key at `credentialPath` if that file exists, else the one at `path`, created if missing
+    /// unless `protecting` names a database that holds memos (a new key could never open them: the
+    /// real key must be restored, and a stray new one would be in the way).
+    public static func load(path: String, credentialPath: String? = nil,
+                            protecting databasePath: String? = nil) throws -> SymmetricKey {
         if let credentialPath, access(credentialPath, F_OK) == 0 {
             return try read(path: credentialPath, checkMode: false)
+        }
+        if let databasePath, access(path, F_OK) != 0, errno == ENOENT, DataDirectory.holdsData(databasePath: databasePath) {
+            throw Failure.missing(path: path, databasePath: databasePath)
         }
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd >= 0 {
@@ -60,6 +75,10 @@ public enum KeyStore {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw Failure.io(path: path, errno: errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw Failure.notAFile(path: path) }
+        guard info.st_size == SymmetricKey.byteCount else {
+            throw Failure.wrongLength(path: path, length: Int(info.st_size))
+        }
         if checkMode && info.st_mode & 0o077 != 0 {
             throw Failure.insecurePermissions(path: path, mode: info.st_mode & 0o7777)
         }

@@ -7,6 +7,9 @@ public final class DataDirectory: Sendable {
     public enum Failure: Error, CustomStringConvertible, Sendable {
         case create(path: String, errno: Int32)
         case locked(path: String)
+        case missing(path: String)
+        case databaseGone(path: String, marker: String)
+        case databaseEmpty(path: String)
 
         public var description: String {
             switch self {
@@ -14,6 +17,14 @@ public final class DataDirectory: Sendable {
                 return "cannot use data directory \(path): \(String(cString: strerror(code)))"
             case .locked(let path):
                 return "data directory \(path) is in use by another Jotter process"
+            case .missing(let path):
+                return "no Jotter data directory at \(path) (see --data-dir); nothing was created"
+            case .databaseGone(let path, let marker):
+                return "\(path) is missing or empty, but this data directory held an outbox before: restore "
+                    + "jotter.db from your backup (to start afresh with an empty outbox instead, delete \(marker))"
+            case .databaseEmpty(let path):
+                return "\(path) is empty (0 bytes), so it holds no outbox; restore it from your backup, "
+                    + "or delete it to start with an empty outbox"
             }
         }
     }
@@ -22,10 +33,16 @@ public final class DataDirectory: Sendable {
     public let path: String
     private let lockDescriptor = Mutex<Int32>(-1)
 
-    /// Creates `path` (and its parents) if needed, mode 0700, and takes its lock.
-    public init(path: String) throws {
+    /// Creates `path` (and its parents) if needed (unless `create` is false: then it must exist), mode
+    /// 0700, and takes its lock.
+    public init(path: String, create: Bool = true) throws {
         self.path = path
-        try Self.makeDirectories(path, mode: 0o700)
+        if create {
+            try Self.makeDirectories(path, mode: 0o700)
+        } else {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { throw Failure.missing(path: path) }
+        }
         let lockPath = path + "/lock"
         let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Failure.create(path: path, errno: errno) }
@@ -57,6 +74,39 @@ public final class DataDirectory: Sendable {
         guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return errno == EWOULDBLOCK }
         flock(fd, LOCK_UN)
         return false
+    }
+
+    /// `$DATA/outbox-created`: written once an outbox opened here, so that a database that later goes
+    /// missing is noticed instead of silently replaced by an empty one.
+    public var markerPath: String { path + "/outbox-created" }
+
+    /// Refuses to go on when the database is gone or truncated: a zero-byte `jotter.db` (SQLite never
+    /// leaves one), or no usable database where the marker says one was. Otherwise writes the marker
+    /// when it is missing (first start, or a data directory from before the marker).
+    public func checkDatabase() throws {
+        var info = stat()
+        let present = stat(databasePath, &info) == 0
+        if present && info.st_size == 0 { throw Failure.databaseEmpty(path: databasePath) }
+        if !present && access(markerPath, F_OK) == 0 {
+            throw Failure.databaseGone(path: databasePath, marker: markerPath)
+        }
+    }
+
+    /// Records that an outbox exists here (see `markerPath`).
+    public func markDatabaseCreated() {
+        guard access(markerPath, F_OK) != 0 else { return }
+        let fd = open(markerPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+            try? FileIO.syncDirectory(path)
+        }
+    }
+
+    /// Whether a database file at `databasePath` holds anything (more than an empty file).
+    static func holdsData(databasePath: String) -> Bool {
+        var info = stat()
+        return stat(databasePath, &info) == 0 && info.st_size > 0
     }
 
     /// `$DATA/jotter.db`.

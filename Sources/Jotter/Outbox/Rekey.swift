@@ -10,8 +10,9 @@ import Glibc
 /// while `key.new` exists, so it never runs with rows under two keys.
 public enum Rekey {
     /// Why a rekey stopped.
-    public enum Failure: Error, CustomStringConvertible, Sendable {
+    public enum Failure: Error, CustomStringConvertible, Equatable, Sendable {
         case credentialKey
+        case noDatabase(path: String)
         case unreadableRow(id: String)
         case io(errno: Int32)
 
@@ -19,6 +20,8 @@ public enum Rekey {
             switch self {
             case .credentialKey:
                 return "the key comes from a systemd credential; rotate it there, not with jotter rekey"
+            case .noDatabase(let path):
+                return "no outbox at \(path): nothing to rekey (is --data-dir right?); nothing was created"
             case .unreadableRow(let id):
                 return "memo \(id) cannot be opened with the current key; nothing was changed for it"
             case .io(let code):
@@ -42,10 +45,13 @@ public enum Rekey {
     /// `stopAfterBatches` interrupts the run on purpose (tests of the crash path).
     public static func run(dataDirectory path: String, batchSize: Int = Rekey.batchSize,
                            stopAfterBatches: Int? = nil) throws -> Report {
-        let directory = try DataDirectory(path: path)
+        let directory = try DataDirectory(path: path, create: false)
+        guard DataDirectory.holdsData(databasePath: directory.databasePath) else {
+            throw Failure.noDatabase(path: directory.databasePath)
+        }
         let newKeyPath = directory.keyPath + ".new"
         let resumed = access(newKeyPath, F_OK) == 0
-        let oldKey = try KeyStore.load(path: directory.keyPath)
+        let oldKey = try KeyStore.load(path: directory.keyPath, protecting: directory.databasePath)
         let newKey = try KeyStore.load(path: newKeyPath)
         let database = try Database(path: directory.databasePath)
         defer { database.close() }

@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// Start-up on a damaged data directory: refuse with a message that says what to restore, and create
+/// nothing that would be in the way of the restore.
+@Suite struct DamagedDataDirectoryTests {
+    /// A data directory with one accepted memo, stopped.
+    private static func dataDirectoryWithAMemo() throws -> (TemporaryDirectory, String) {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let server = try TestServer(dataDirectory: data)
+        #expect(try server.request("POST", "/", headers: [("Content-Type", "text/plain")],
+                                   body: Array("kept".utf8)).status == 204)
+        server.stop()
+        return (directory, data)
+    }
+
+    private static func exists(_ path: String) -> Bool {
+        FileManager.default.fileExists(atPath: path)
+    }
+
+    @Test func aMissingKeyNextToADatabaseIsRefusedAndNoNewKeyIsWritten() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        _ = directory
+        #expect(rename(data + "/key", data + "/key.backup") == 0)
+        let error = try #require(throws: KeyStore.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect(error == .missing(path: data + "/key", databasePath: data + "/jotter.db"))
+        #expect("\(error)".contains("restore the key"))
+        #expect(!Self.exists(data + "/key"), "no stray key to remove before the restore")
+        // Restored as the message says, the memo is there.
+        #expect(rename(data + "/key.backup", data + "/key") == 0)
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
+    @Test func aZeroByteDatabaseIsRefusedNotStartedAsAnEmptyOutbox() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: data + "/jotter.db", contents: Data()))
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("0 bytes"))
+        #expect(!Self.exists(data + "/key"), "nothing created")
+        #expect((try? FileManager.default.attributesOfItem(atPath: data + "/jotter.db")[.size] as? Int) == 0)
+    }
+
+    @Test func aDatabaseThatWentMissingIsRefusedWhereOneWasBefore() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        _ = directory
+        for suffix in ["", "-wal", "-shm"] { unlink(data + "/jotter.db" + suffix) }
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("restore"))
+        #expect(!Self.exists(data + "/jotter.db"), "no empty outbox created in its place")
+        // Starting afresh on purpose: delete the marker the message names.
+        #expect(unlink(data + "/outbox-created") == 0)
+        let server = try TestServer(dataDirectory: data)
+        server.stop()
+    }
+
+    @Test func rekeyOnAMistypedPathCreatesNothing() throws {
+        let directory = TemporaryDirectory()
+        let typo = directory.file("no-such-data")
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try Rekey.run(dataDirectory: typo) }
+        #expect("\(error)".contains(typo))
+        #expect(!Self.exists(typo))
+        // A directory that exists but holds no outbox: refused, no key written either.
+        try FileManager.default.createDirectory(atPath: typo, withIntermediateDirectories: true)
+        #expect(throws: Rekey.Failure.noDatabase(path: typo + "/jotter.db")) { _ = try Rekey.run(dataDirectory: typo) }
+        #expect(!Self.exists(typo + "/key") && !Self.exists(typo + "/key.new"))
+    }
+
+    @Test func aKeyThatIsADirectoryIsNamedAsSuch() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data + "/key", withIntermediateDirectories: true)
+        let error = try #require(throws: KeyStore.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect(error == .notAFile(path: data + "/key"))
+        #expect("\(error)".contains("not a regular file"))
+    }
+
+    @Test func aKeyOfTheWrongSizeSaysItsRealSize() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        let fd = open(data + "/key", O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        #expect(fd >= 0)
+        _ = Array(repeating: UInt8(1), count: 1000).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let error = try #require(throws: KeyStore.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect(error == .wrongLength(path: data + "/key", length: 1000))
+    }
+}
