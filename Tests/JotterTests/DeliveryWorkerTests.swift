@@ -101,4 +101,67 @@ import Testing
         fixture.scheduler.advance(milliseconds: 86_400_000)
         #expect(fixture.transport.messages.count == 1, "a failed memo waits for a person, not a timer")
     }
+
+    /// A send that succeeds while the database refuses writes (here: another process holds its write
+    /// lock past the busy timeout, as a full disk refuses them): the outcome is kept and written as soon
+    /// as writes work again, long before the lease, and the memo is not sent a second time even though
+    /// its lease ran out meanwhile.
+    @Test func anOutcomeTheDatabaseRefusedIsRecordedOnceItTakesWritesAgain() async throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("jotter.db")
+        let outbox = try Outbox(path: path, key: SymmetricKey.random())
+        defer { outbox.close() }
+        let blocker = try Database(path: path)
+        defer { blocker.close() }
+        let transport = LockingTransport(blocker: blocker)
+        var configuration = DeliveryWorker.Configuration()
+        configuration.leaseMilliseconds = 2_000
+        let worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration)
+        outbox.setOnAccepted { worker.wake() }
+        try worker.start()
+        defer { worker.stop() }
+        let id = try await outbox.enqueue(MemoDraft(body: "delivered while the disk was full")).id
+        #expect(TestServer.waitUntil(timeout: 30) { transport.sends == 1 })
+        // The worker's write waits out the busy timeout (5 s) and fails; the lease (2 s) runs out too.
+        #expect(TestServer.waitUntil(timeout: 30) { transport.refusedLongEnough })
+        #expect(try outbox.history.record(id: id)?.status == .sending, "not recorded while refused")
+        transport.unblock()
+        #expect(TestServer.waitUntil(timeout: 30) { (try? outbox.history.record(id: id))??.status == .sent })
+        #expect(transport.sends == 1, "sent once: the expired lease did not make it go out again")
+    }
+}
+
+/// Delivers, then holds the database's write lock from another connection until `unblock()`, so the
+/// worker cannot record the outcome.
+private final class LockingTransport: Transport, @unchecked Sendable {
+    private let blocker: Database
+    private let lock = NSLock()
+    private var count = 0
+    private var lockedAt: Date?
+
+    init(blocker: Database) {
+        self.blocker = blocker
+    }
+
+    var sends: Int { lock.withLock { count } }
+
+    /// The lock has been held longer than the worker's busy timeout (5 s) plus a lease (2 s).
+    var refusedLongEnough: Bool { lock.withLock { lockedAt.map { Date().timeIntervalSince($0) > 8 } ?? false } }
+
+    func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        lock.withLock {
+            count += 1
+            if lockedAt == nil {
+                try? blocker.execute("BEGIN IMMEDIATE")
+                lockedAt = Date()
+            }
+        }
+        return DeliveryReceipt()
+    }
+
+    func unblock() {
+        lock.withLock { _ = try? blocker.execute("COMMIT") }
+    }
+
+    var repeatsHarmlessly: Bool { false }
 }

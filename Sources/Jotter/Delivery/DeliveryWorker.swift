@@ -48,6 +48,11 @@ public final class DeliveryWorker: @unchecked Sendable {
     private var timer: (any SchedulerTimer)?
     private var stopped = true
     private var lastPurge: Int64 = 0
+    /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
+    /// again, before anything new is claimed.
+    private var unrecorded: [Outcome] = []
+    /// Memos claimed by this process whose outcome is not written yet (in flight, or in `unrecorded`).
+    private let settling = Mutex<Set<String>>([])
     /// The relay was unreachable: no claims until a probe succeeds.
     private var offline = false
     private var probing = false
@@ -99,6 +104,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             timer = nil
         }
         _ = idle.wait(timeout: .now() + timeout)
+        // One last try for outcomes the disk refused: otherwise the next start re-sends those memos.
+        control.sync { _ = recordPendingOutcomes() }
     }
 
     private func pump() {
@@ -109,10 +116,18 @@ public final class DeliveryWorker: @unchecked Sendable {
             probeIfDue(now: now)
             return
         }
+        if !recordPendingOutcomes() {
+            // Still not writable: claims would fail too; try again shortly.
+            timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
+            return
+        }
         let free = configuration.slots - inFlight
         if free > 0 {
             do {
                 for message in try outbox.claimDue(limit: free, leaseMilliseconds: configuration.leaseMilliseconds) {
+                    // Its lease ran out while this process still sends it or holds its unwritten
+                    // outcome: the lease is for a process that died, not for this one.
+                    guard settling.withLock({ $0.insert(message.id).inserted }) else { continue }
                     inFlight += 1
                     idle.enter()
                     senders.async {
@@ -229,17 +244,57 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// Persists what the lifecycle decides for memo `id`. If even that fails (a full disk), the lease
-    /// expires and the memo is simply tried again.
+    /// A lifecycle step decided for a memo, to be persisted.
+    private struct Outcome: Sendable {
+        var id: String
+        var durable: Bool
+        var decide: @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void
+    }
+
+    /// How often outcomes that could not be written are tried again.
+    static let unrecordedRetryMilliseconds: Int64 = 1000
+
+    /// Persists what the lifecycle decides for memo `id`. If that fails (a full disk), the outcome is
+    /// kept and written as soon as the disk takes writes again, long before the lease runs out.
     @discardableResult
     private func record(_ id: String, durable: Bool = true,
-                        _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) -> DeliveryLifecycle? {
+                        _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void)
+        -> DeliveryLifecycle? {
         do {
+            defer { settling.withLock { _ = $0.remove(id) } }
             return try outbox.transition(id: id, durable: durable, decide)
+        } catch is DeliveryLifecycle.Refusal {
+            return nil
         } catch {
-            logger.error("recording delivery outcome failed", metadata: ["error.kind": Self.kind(of: error)])
+            settling.withLock { _ = $0.insert(id) }
+            logger.error("recording delivery outcome failed; kept to retry", metadata: [
+                "message.id": id, "error.kind": Self.kind(of: error),
+            ])
+            let outcome = Outcome(id: id, durable: durable, decide: decide)
+            control.async {
+                self.unrecorded.append(outcome)
+                self.timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
+            }
             return nil
         }
+    }
+
+    /// Writes kept outcomes, oldest first; false while the database still refuses writes.
+    private func recordPendingOutcomes() -> Bool {
+        dispatchPrecondition(condition: .onQueue(control))
+        while let outcome = unrecorded.first {
+            do {
+                try outbox.transition(id: outcome.id, durable: outcome.durable, outcome.decide)
+                logger.notice("delivery outcome recorded late", metadata: ["message.id": outcome.id])
+            } catch is DeliveryLifecycle.Refusal {
+                // The memo moved on meanwhile (re-queued at a restart, say): nothing left to record.
+            } catch {
+                return false
+            }
+            unrecorded.removeFirst()
+            settling.withLock { _ = $0.remove(outcome.id) }
+        }
+        return true
     }
 
     static func kind(of error: any Error) -> String {
