@@ -15,7 +15,7 @@ struct HistoryRoute: Sendable {
             }
             limit = min(Int(text) ?? Self.maxLimit, Self.maxLimit)
         }
-        let before = request.queryValue("before")
+        let before = request.queryValue("before")?.lowercased()
         if let before, !Self.isMessageID(before) {
             return .error(400, code: "invalid_before", message: "before must be a message id.")
         }
@@ -35,7 +35,8 @@ struct HistoryRoute: Sendable {
         }
     }
 
-    func one(id: String) -> HTTPResponse {
+    func one(id given: String) -> HTTPResponse {
+        let id = given.lowercased()  // ids are UUIDs: A-F and a-f name the same memo
         guard Self.isMessageID(id) else {
             return .error(404, code: "not_found", message: "No memo has this id.")
         }
@@ -55,8 +56,9 @@ struct HistoryRoute: Sendable {
 
     /// `POST /history/{id}/retry`: a failed or held memo goes back in the queue. Answered when the
     /// writer has done it, without holding a request thread meanwhile.
-    func retry(id: String, wake: @escaping @Sendable () -> Void,
+    func retry(id given: String, wake: @escaping @Sendable () -> Void,
                respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let id = given.lowercased()
         guard Self.isMessageID(id) else {
             return respond(.error(404, code: "not_found", message: "No memo has this id."))
         }

@@ -1,14 +1,14 @@
-import Foundation
-
 /// Why a request body is not a memo. Messages are fixed text and never quote the body.
 public enum MemoDecodingError: HTTPResponseError, Equatable {
     case empty
     case undecodable(String)
+    /// A field given twice: which one counts would be a guess.
+    case repeatedField(String)
     case unsupportedMediaType
 
     public var status: Int {
         switch self {
-        case .empty, .undecodable: return 400
+        case .empty, .undecodable, .repeatedField: return 400
         case .unsupportedMediaType: return 415
         }
     }
@@ -17,6 +17,7 @@ public enum MemoDecodingError: HTTPResponseError, Equatable {
         switch self {
         case .empty: return "empty"
         case .undecodable: return "undecodable"
+        case .repeatedField: return "repeated_field"
         case .unsupportedMediaType: return "unsupported_media_type"
         }
     }
@@ -25,6 +26,7 @@ public enum MemoDecodingError: HTTPResponseError, Equatable {
         switch self {
         case .empty: return "The memo is empty."
         case .undecodable(let why): return why
+        case .repeatedField(let name): return "The field \"\(name)\" is given more than once."
         case .unsupportedMediaType:
             return "Send text/plain, application/x-www-form-urlencoded, multipart/form-data or application/json."
         }
@@ -64,8 +66,8 @@ public enum MemoDecoder {
             throw .unsupportedMediaType
         }
         // A blank subject is no subject: the plain form always sends `subject=`.
-        let subject = memo.subject.flatMap { isBlank($0) ? nil : normalizeLineBreaks($0) }
-        let normalized = Memo(subject: subject, body: normalizeLineBreaks(memo.body))
+        let subject = memo.subject.map(dropByteOrderMark).flatMap { isBlank($0) ? nil : normalizeLineBreaks($0) }
+        let normalized = Memo(subject: subject, body: normalizeLineBreaks(dropByteOrderMark(memo.body)))
         if isBlank(normalized.body) && isBlank(normalized.subject ?? "") {
             throw .empty
         }
@@ -77,6 +79,11 @@ public enum MemoDecoder {
             throw .undecodable("The memo is not valid UTF-8.")
         }
         return text
+    }
+
+    /// A leading U+FEFF (what some editors and Windows tools put first) is not part of the memo.
+    private static func dropByteOrderMark(_ text: String) -> String {
+        text.unicodeScalars.first == "\u{FEFF}" ? String(text.unicodeScalars.dropFirst()) : text
     }
 
     private static func isBlank(_ text: String) -> Bool {
@@ -104,8 +111,10 @@ public enum MemoDecoder {
                 throw .undecodable("A form field is not correctly percent-encoded.")
             }
             if name == Array("body".utf8) {
+                guard body == nil else { throw .repeatedField("body") }
                 body = try text(value)
             } else {
+                guard subject == nil else { throw .repeatedField("subject") }
                 subject = try text(value)
             }
         }
@@ -148,20 +157,27 @@ public enum MemoDecoder {
 
     // MARK: application/json
 
-    private struct JSONMemo: Decodable {
-        var body: String?
-        var subject: String?
-    }
-
-    /// `{"body": "…", "subject": "…"}`; both optional strings, anything else is refused.
+    /// `{"body": "…", "subject": "…"}`: both optional strings (or null); other members are ignored,
+    /// a member given twice is refused.
     static func json(_ bytes: [UInt8]) throws(MemoDecodingError) -> Memo {
-        let decoded: JSONMemo
+        let shape = MemoDecodingError.undecodable("The body is not a JSON object with string fields \"body\" and \"subject\".")
+        let value: JSONValue
         do {
-            decoded = try JSONDecoder().decode(JSONMemo.self, from: Data(bytes))
+            value = try JSONValue.parse(bytes)
+        } catch .duplicateKey(let key) {
+            throw key == "body" || key == "subject" ? .repeatedField(key) : shape
         } catch {
-            throw .undecodable("The body is not a JSON object with string fields \"body\" and \"subject\".")
+            throw shape
         }
-        return Memo(subject: decoded.subject, body: decoded.body ?? "")
+        guard case .object = value else { throw shape }
+        func field(_ name: String) throws(MemoDecodingError) -> String? {
+            switch value[name] {
+            case nil, .null?: return nil
+            case .string(let text)?: return text
+            default: throw shape
+            }
+        }
+        return Memo(subject: try field("subject"), body: try field("body") ?? "")
     }
 
     // MARK: multipart/form-data (RFC 7578)
@@ -186,8 +202,12 @@ public enum MemoDecoder {
             guard let next = find([13, 10] + delimiter, in: bytes, from: contentStart) else { throw malformed }
             let content = bytes[contentStart..<next]
             switch partName(headers) {
-            case "body": body = try text(content)
-            case "subject": subject = try text(content)
+            case "body":
+                guard body == nil else { throw .repeatedField("body") }
+                body = try text(content)
+            case "subject":
+                guard subject == nil else { throw .repeatedField("subject") }
+                subject = try text(content)
             default: break
             }
             cursor = next + 2

@@ -52,20 +52,15 @@ struct PairRoute: Sendable {
     let policy: RequestPolicy
     let lan: LANInfo
 
-    private struct Body: Decodable {
-        var pairing_token: String
-        var name: String?
-    }
-
     /// `POST /pair`.
     func handle(_ request: HTTPRequest) -> HTTPResponse {
-        guard let body = try? JSONDecoder().decode(Body.self, from: Data(request.body)) else {
+        guard let body = try? JSONValue.parse(request.body), let pairingToken = body["pairing_token"]?.string else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
-        let given = body.name.map { SubjectLine.sanitized($0) } ?? ""
+        let given = body["name"]?.string.map { SubjectLine.sanitized($0) } ?? ""
         let name = given.isEmpty ? DeviceName.from(request.headers) : given
         do {
-            switch try devices.pair(pairingToken: body.pairing_token, deviceName: name) {
+            switch try devices.pair(pairingToken: pairingToken, deviceName: name) {
             case .paired(let device, let token):
                 var json = JSONWriter()
                 json.object {

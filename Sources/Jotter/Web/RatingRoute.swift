@@ -136,21 +136,21 @@ struct RatingRoute: Sendable {
     private static let invalidEvent = HTTPResponse.error(
         400, code: "invalid_event", message: "Send {\"event\": \"shown\", \"dismissed\" or \"rated\"}.")
 
-    private struct Event: Decodable {
-        var event: String
-        var stars: Int?
-    }
-
     func record(_ request: HTTPRequest) -> HTTPResponse {
-        guard let body = try? JSONDecoder().decode(Event.self, from: Data(request.body)) else {
+        guard MediaType(request.headers["Content-Type"] ?? "").type == "application/json" else {
+            return .error(415, code: "unsupported_media_type", message: "Send application/json.")
+        }
+        guard let body = try? JSONValue.parse(request.body), let event = body["event"]?.string else {
             return Self.invalidEvent
         }
-        if body.event == "rated" || body.stars != nil {
-            guard let stars = body.stars, (1...5).contains(stars) else {
+        // `stars` only with "rated", and then a whole number from 1 to 5 (not null, not 4.0).
+        let stars = body["stars"]
+        if event == "rated" || stars != nil {
+            guard let stars = stars?.integer, (1...5).contains(stars) else {
                 return .error(400, code: "invalid_stars", message: "stars must be a whole number from 1 to 5.")
             }
         }
-        guard store.record(event: body.event) else {
+        guard store.record(event: event) else {
             return Self.invalidEvent
         }
         return HTTPResponse(status: 204)
