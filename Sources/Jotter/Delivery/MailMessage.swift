@@ -93,33 +93,85 @@ enum MIME {
         return name + encodedWords(subject, firstLineUsed: name.count).joined(separator: "\r\n ")
     }
 
-    /// `=?UTF-8?B?…?=` words of at most 75 characters each, the first one short enough to share its line
-    /// with `firstLineUsed` characters of header name, never splitting a character's bytes
-    /// (RFC 2047 section 5 rule 3: words split at Unicode scalar boundaries).
+    /// `text` as UTF-8 encoded-words (RFC 2047), each at most 75 characters and the first fitting
+    /// after `firstLineUsed` characters, to be joined by folding whitespace.
+    ///
+    /// Every word holds whole characters (section 5 rule 3), and every B word but the last holds a
+    /// multiple of 3 bytes, so no word but the last ends in `=` padding: GMime (notmuch, Evolution)
+    /// stops decoding at a padded word that is not the last. Where no such split exists (a run of
+    /// 3-byte characters after one ASCII one, say) the word is Q-encoded, which has no padding; and a
+    /// text that is mostly ASCII is Q-encoded throughout, being shorter so.
     static func encodedWords(_ text: String, firstLineUsed: Int) -> [String] {
-        let overhead = "=?UTF-8?B??=".count
-        func capacity(lineUsed: Int) -> Int {
-            // 76 - 1: a folded line starts with one space; base64 of 3n bytes is 4n characters.
-            max(3, (min(75, 78 - lineUsed) - overhead) / 4 * 3)
-        }
+        let characters = text.unicodeScalars.map { Array(String($0).utf8) }
+        let preferQ = qLength(Array(text.utf8)) <= (text.utf8.count + 2) / 3 * 4
         var words: [String] = []
-        var chunk: [UInt8] = []
-        var limit = capacity(lineUsed: firstLineUsed)
-        for scalar in text.unicodeScalars {
-            let bytes = Array(String(scalar).utf8)
-            if !chunk.isEmpty && chunk.count + bytes.count > limit {
-                words.append("=?UTF-8?B?\(base64(chunk))?=")
-                chunk = []
-                limit = capacity(lineUsed: 1)
+        var start = 0
+        var lineUsed = firstLineUsed
+        while start < characters.count {
+            // Room for the encoded text: a line of at most 76, folded lines start with one space.
+            let room = max(8, min(75, 76 - lineUsed) - "=?UTF-8?B??=".count)
+            var bytes: [UInt8] = [], ends: [(count: Int, bytes: Int)] = []
+            var index = start
+            while index < characters.count, bytes.count + characters[index].count <= room {
+                bytes += characters[index]
+                index += 1
+                ends.append((index, bytes.count))
             }
-            chunk += bytes
+            let last = index == characters.count
+            var word: String?
+            if !preferQ {
+                if last, let all = ends.last, (all.bytes + 2) / 3 * 4 <= room {
+                    // The last word may end in padding.
+                    word = "=?UTF-8?B?" + base64(bytes) + "?="
+                    index = all.count
+                } else if let whole = ends.last(where: { $0.bytes % 3 == 0 && $0.bytes / 3 * 4 <= room }) {
+                    word = "=?UTF-8?B?" + base64(Array(bytes.prefix(whole.bytes))) + "?="
+                    index = whole.count
+                }
+            }
+            if word == nil {
+                // Q: the longest run of whole characters whose encoding fits.
+                var taken = 0, encoded = ""
+                for end in ends {
+                    let candidate = qEncode(Array(bytes.prefix(end.bytes)))
+                    guard candidate.count <= room || taken == 0 else { break }
+                    taken = end.count
+                    encoded = candidate
+                }
+                word = "=?UTF-8?Q?" + encoded + "?="
+                index = taken
+            }
+            if let word { words.append(word) }
+            start = index
+            lineUsed = 1
         }
-        if !chunk.isEmpty { words.append("=?UTF-8?B?\(base64(chunk))?=") }
         return words
     }
 
-    /// Chooses 7bit for plain short-lined ASCII, quoted-printable for mostly-ASCII text, base64 otherwise.
-    /// Line breaks become CRLF; the result always ends with CRLF.
+    /// Q encoding (RFC 2047 4.2) restricted to what is safe in any header context, phrases included:
+    /// letters, digits and `!*+-/` as they are, space as `_`, every other byte as `=XX`.
+    static func qEncode(_ bytes: [UInt8]) -> String {
+        var out = ""
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "!"), UInt8(ascii: "*"), UInt8(ascii: "+"),
+                 UInt8(ascii: "-"), UInt8(ascii: "/"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            case 0x20:
+                out += "_"
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "=" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+            }
+        }
+        return out
+    }
+
+    private static func qLength(_ bytes: [UInt8]) -> Int {
+        qEncode(bytes).count
+    }
+
     static func encodeBody(_ body: String) -> (encoding: String, bytes: [UInt8]) {
         let lines = normalizedLines(body)
         let utf8 = lines.joined(separator: "\n").utf8
