@@ -122,6 +122,7 @@ public final class Application: Sendable {
             let relay = Array((configuration.relay ?? "maildir:default").utf8)
             if try outbox.settings.changed("relay", fingerprint: relay) {
                 let count = try outbox.requeueFailed()
+                    + outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
                 logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
             }
             try worker.start()
@@ -168,7 +169,7 @@ public final class Application: Sendable {
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
         let ratingRoute = RatingRoute(store: rating)
-        let history = HistoryRoute(outbox: outbox)
+        let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState })
         var router = Router()
         router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
         router.add("POST", "/") { request, _, respond in send.handle(request, respond: respond) }
@@ -178,7 +179,7 @@ public final class Application: Sendable {
             respond(history.one(id: parameters["id"] ?? ""))
         }
         router.add("POST", "/history/{id}/retry") { _, parameters, respond in
-            history.retry(id: parameters["id"] ?? "", wake: { worker.wake() }, respond: respond)
+            history.retry(id: parameters["id"] ?? "", wake: { worker.retestRelay() }, respond: respond)
         }
         router.add("GET", "/i18n/{file}") { _, parameters, respond in
             respond(page.translations(file: parameters["file"] ?? ""))

@@ -92,14 +92,93 @@ import Testing
     }
 
     @Test func aPermanentFailureArmsNoRetry() async throws {
-        let fixture = try Fixture(.fail(DeliveryFailure(.auth, permanent: true)))
+        let fixture = try Fixture(.fail(DeliveryFailure(.rejected, permanent: true)))
         defer { fixture.stop() }
-        let id = try await fixture.outbox.enqueue(MemoDraft(body: "wrong password")).id
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "refused recipient")).id
         #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .failed })
-        #expect(try fixture.record(id)?.lastError == "auth")
+        #expect(try fixture.record(id)?.lastError == "rejected")
         #expect(try fixture.outbox.nextDueAt() == nil)
         fixture.scheduler.advance(milliseconds: 86_400_000)
         #expect(fixture.transport.messages.count == 1, "a failed memo waits for a person, not a timer")
+    }
+
+    /// A wrong password (or a certificate that does not verify) is the relay's failure: one failed
+    /// login stops the relay, every memo waits held with the reason, the relay is tried again with one
+    /// memo on a slow schedule or at once on a Retry, and when it accepts, all go out.
+    @Test func aRefusingRelayCostsOneLoginNotOnePerMemo() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.auth, permanent: true)))
+        defer { fixture.stop() }
+        var ids: [String] = []
+        for index in 0..<30 {
+            ids.append(try await fixture.outbox.enqueue(MemoDraft(body: "memo \(index)")).id)
+        }
+        let allHeld = {
+            ids.allSatisfy { (try? fixture.record($0))??.status == .held && (try? fixture.record($0))??.lastError == "auth" }
+        }
+        #expect(TestServer.waitUntil(timeout: 30) { allHeld() }, "every memo waits, held with the reason")
+        #expect(fixture.transport.messages.count == 1, "one failed login for 30 memos")
+        guard case .refused(let kind, _) = fixture.worker.relayState else {
+            Issue.record("relay state \(fixture.worker.relayState)")
+            return
+        }
+        #expect(kind == "auth")
+        // A memo written now waits too, without a login of its own.
+        let late = try await fixture.outbox.enqueue(MemoDraft(body: "written while refused")).id
+        ids.append(late)
+        #expect(TestServer.waitUntil(timeout: 30) { (try? fixture.record(late))??.status == .held })
+        #expect(fixture.transport.messages.count == 1)
+        // The slow re-test: one memo, fifteen minutes later.
+        let retest = fixture.now + DeliveryWorker.Configuration().refusedRetestMilliseconds
+        while fixture.now < retest {
+            #expect(TestServer.waitUntil(timeout: 20) { fixture.scheduler.nextDeadline != nil })
+            let next = try #require(fixture.scheduler.nextDeadline)
+            fixture.scheduler.advance(milliseconds: max(min(next, retest) - fixture.now, 1))
+        }
+        #expect(fixture.transport.waitUntilReceived(count: 2, timeout: 20))
+        #expect(TestServer.waitUntil(timeout: 30) { allHeld() })
+        #expect(fixture.transport.messages.count == 2)
+        // Fixed, and a person presses Retry: tested at once, then everything goes out, once each.
+        fixture.transport.release()
+        fixture.worker.retestRelay()
+        #expect(TestServer.waitUntil(timeout: 30) { ids.allSatisfy { (try? fixture.record($0))??.status == .sent } })
+        #expect(fixture.worker.relayState == .ok)
+        #expect(fixture.transport.messages.count == 2 + ids.count)
+        #expect(Set(fixture.transport.messages.suffix(ids.count).map(\.id)) == Set(ids))
+    }
+
+    /// After a restart with the same configuration the relay is still refused (no login at start),
+    /// and a Retry tests it at once.
+    @Test func aRelayThatRefusedBeforeARestartStaysRefusedUntilARetry() async throws {
+        let directory = TemporaryDirectory()
+        let key = try SymmetricKey.random()
+        let path = directory.file("jotter.db")
+        do {
+            let outbox = try Outbox(path: path, key: key)
+            let transport = ControlledTransport(.fail(DeliveryFailure(.tls, permanent: true)))
+            let worker = DeliveryWorker(outbox: outbox, transport: transport)
+            outbox.setOnAccepted { worker.wake() }
+            try worker.start()
+            let id = try await outbox.enqueue(MemoDraft(body: "certificate trouble")).id
+            #expect(TestServer.waitUntil(timeout: 30) { (try? outbox.history.record(id: id))??.status == .held })
+            worker.stop()
+            outbox.close()
+        }
+        let outbox = try Outbox(path: path, key: key)
+        defer { outbox.close() }
+        let transport = ControlledTransport(.deliver)
+        let worker = DeliveryWorker(outbox: outbox, transport: transport)
+        try worker.start()
+        defer { worker.stop() }
+        guard case .refused(let kind, _) = worker.relayState else {
+            Issue.record("relay state after restart: \(worker.relayState)")
+            return
+        }
+        #expect(kind == "tls")
+        worker.wake()
+        worker.retestRelay()
+        #expect(TestServer.waitUntil(timeout: 30) { (try? outbox.history.counts())?[.sent] == 1 })
+        #expect(worker.relayState == .ok)
+        #expect(transport.messages.count == 1)
     }
 
     /// A send that succeeds while the database refuses writes (here: another process holds its write

@@ -386,7 +386,7 @@ enum Drip {
         #expect(server.waitUntil { transport.messages.count >= 3 })
         try assertNoCanary(server, data: data, stage: "while retrying")
         transport.fail(with: DeliveryFailure(.auth, permanent: true))
-        #expect(server.waitUntil { (try? server.outbox.history.counts()[.failed]) == 2 })
+        #expect(server.waitUntil { (try? server.outbox.history.counts()[.held]) == 2 })
         try assertNoCanary(server, data: data, stage: "after a permanent failure")
         transport.release()
         for record in try server.outbox.history.latest(limit: 10) {

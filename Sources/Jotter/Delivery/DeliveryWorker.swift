@@ -30,6 +30,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         public var subjectRetentionMilliseconds: Int64 = 7 * 24 * 3_600_000
         /// While the relay is unreachable, how often to probe it (instead of backing off).
         public var offlineProbeMilliseconds: Int64 = 3000
+        /// While the relay refuses (a wrong password, a certificate that does not verify), how often
+        /// to try it again with one held memo.
+        public var refusedRetestMilliseconds: Int64 = 15 * 60_000
 
         /// The defaults.
         public init() {}
@@ -57,6 +60,13 @@ public final class DeliveryWorker: @unchecked Sendable {
     private var offline = false
     private var probing = false
     private var lastProbe: Int64 = 0
+    /// The relay as seen from here (read by `/healthz`, `/history`).
+    private let relay = Mutex<RelayState>(.ok)
+    /// While refused: when to try the relay again with one memo (nil while that try is in flight).
+    private var retestAt: Int64?
+    /// The relay has accepted a memo since start (or since it last refused): until then one memo at a
+    /// time, so a wrong password costs one failed login, not one per slot.
+    private var relayProven = false
     private let random = Mutex(SystemRandomNumberGenerator())
     private let wakePending = Atomic<Bool>(false)
 
@@ -72,13 +82,25 @@ public final class DeliveryWorker: @unchecked Sendable {
         self.logger = logger
     }
 
-    /// Re-queues memos an earlier process left mid-send, then starts delivering.
+    /// How the relay is doing.
+    public var relayState: RelayState { relay.withLock { $0 } }
+
+    /// Re-queues memos an earlier process left mid-send, then starts delivering. Memos held because
+    /// the relay refused before (and the configuration did not change since: else they were released)
+    /// keep the relay refused, tested again on the slow schedule or a Retry — not at every start, so
+    /// a service restarting in a loop does not become a stream of failed logins.
     public func start() throws {
         let recovered = try outbox.recoverInterrupted()
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
         }
+        let refusedBefore = try outbox.heldReason(among: DeliveryFailure.relayRefusalKinds)
         control.sync {
+            if let refusedBefore {
+                let now = clock.nowMilliseconds()
+                relay.withLock { $0 = .refused(kind: refusedBefore, since: now) }
+                retestAt = now + configuration.refusedRetestMilliseconds
+            }
             stopped = false
             timer = scheduler.makeTimer(queue: control) { [unowned self] in self.pump() }
         }
@@ -91,6 +113,16 @@ public final class DeliveryWorker: @unchecked Sendable {
         guard !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         control.async {
             self.wakePending.store(false, ordering: .releasing)
+            self.pump()
+        }
+    }
+
+    /// Tries a refusing relay again now (a person asked for a Retry); otherwise the same as `wake`.
+    public func retestRelay() {
+        control.async {
+            if case .refused = self.relayState, self.retestAt != nil || self.inFlight == 0 {
+                self.retestAt = self.clock.nowMilliseconds()
+            }
             self.pump()
         }
     }
@@ -121,23 +153,15 @@ public final class DeliveryWorker: @unchecked Sendable {
             timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
             return
         }
-        let free = configuration.slots - inFlight
+        if case .refused(let kind, _) = relayState {
+            pumpWhileRefused(kind: kind, now: now)
+            return
+        }
+        let free = (relayProven ? configuration.slots : 1) - inFlight
         if free > 0 {
             do {
                 for message in try outbox.claimDue(limit: free, leaseMilliseconds: configuration.leaseMilliseconds) {
-                    // Its lease ran out while this process still sends it or holds its unwritten
-                    // outcome: the lease is for a process that died, not for this one.
-                    guard settling.withLock({ $0.insert(message.id).inserted }) else { continue }
-                    inFlight += 1
-                    idle.enter()
-                    senders.async {
-                        self.deliver(message)
-                        self.control.async {
-                            self.inFlight -= 1
-                            self.idle.leave()
-                            self.pump()
-                        }
-                    }
+                    send(message)
                 }
             } catch {
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
@@ -148,6 +172,93 @@ public final class DeliveryWorker: @unchecked Sendable {
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
         }
         scheduleTimer(now: now)
+    }
+
+    /// Hands a claimed memo to a delivery slot.
+    private func send(_ message: ClaimedMessage) {
+        dispatchPrecondition(condition: .onQueue(control))
+        // Its lease ran out while this process still sends it or holds its unwritten outcome: the
+        // lease is for a process that died, not for this one.
+        guard settling.withLock({ $0.insert(message.id).inserted }) else { return }
+        inFlight += 1
+        idle.enter()
+        senders.async {
+            self.deliver(message)
+            self.control.async {
+                self.inFlight -= 1
+                self.idle.leave()
+                if case .refused = self.relayState, self.retestAt == nil {
+                    // The test was inconclusive (a timeout, say): the relay stays refused for now.
+                    self.retestAt = self.clock.nowMilliseconds() + self.configuration.refusedRetestMilliseconds
+                }
+                self.pump()
+            }
+        }
+    }
+
+    /// While the relay refuses: new and waiting memos are held with its reason; when a test is due,
+    /// one memo (one a person retried, else the oldest held) is sent as the test.
+    private func pumpWhileRefused(kind: String, now: Int64) {
+        dispatchPrecondition(condition: .onQueue(control))
+        if inFlight == 0, let at = retestAt, now >= at {
+            retestAt = nil
+            do {
+                var test = try outbox.claimDue(limit: 1, leaseMilliseconds: configuration.leaseMilliseconds)
+                if test.isEmpty, try outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds, limit: 1) > 0 {
+                    test = try outbox.claimDue(limit: 1, leaseMilliseconds: configuration.leaseMilliseconds)
+                }
+                if let message = test.first {
+                    logger.notice("testing the refusing relay with one memo", metadata: ["message.id": message.id])
+                    send(message)
+                } else {
+                    retestAt = now + configuration.refusedRetestMilliseconds
+                }
+            } catch {
+                logger.error("relay test failed to start", metadata: ["error.kind": Self.kind(of: error)])
+                retestAt = now + Self.unrecordedRetryMilliseconds
+            }
+        } else if inFlight == 0 {
+            do {
+                let held = try outbox.holdWaiting(reason: kind)
+                if held > 0 { logger.notice("memos held while the relay refuses", metadata: ["count": "\(held)", "reason": kind]) }
+            } catch {
+                logger.error("holding memos failed", metadata: ["error.kind": Self.kind(of: error)])
+            }
+        }
+        timer?.arm(afterMilliseconds: retestAt.map { min(max($0 - now, 1), 60_000) } ?? 60_000)
+    }
+
+    /// A memo failed because the relay refuses (auth, tls, configuration): stop, hold the rest.
+    private func relayRefused(kind: String) {
+        control.async {
+            let now = self.clock.nowMilliseconds()
+            if case .refused = self.relayState {} else {
+                self.logger.warning("relay refuses; memos held until it is fixed or retried", metadata: [
+                    "reason": kind, "retest_every_ms": "\(self.configuration.refusedRetestMilliseconds)",
+                ])
+            }
+            self.relay.withLock { $0 = .refused(kind: kind, since: now) }
+            self.relayProven = false
+            self.retestAt = now + self.configuration.refusedRetestMilliseconds
+            self.pump()
+        }
+    }
+
+    /// A memo went through: a refusing relay accepts again, so everything it held goes out.
+    private func relayAccepts() {
+        control.async {
+            self.relayProven = true
+            guard case .refused = self.relayState else { return }
+            self.relay.withLock { $0 = .ok }
+            self.retestAt = nil
+            do {
+                let released = try self.outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+                self.logger.notice("relay accepts again; held memos released", metadata: ["count": "\(released)"])
+            } catch {
+                self.logger.error("releasing held memos failed", metadata: ["error.kind": Self.kind(of: error)])
+            }
+            self.pump()
+        }
     }
 
     /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
@@ -163,6 +274,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                     self.probing = false
                     if reachable && self.offline {
                         self.offline = false
+                        self.relay.withLock { $0 = .ok }
                         self.logger.notice("relay reachable again; flushing")
                         do {
                             try self.outbox.makeRetriesDue()
@@ -183,6 +295,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             guard !self.offline else { return }
             self.offline = true
             self.lastProbe = self.clock.nowMilliseconds()
+            self.relay.withLock { $0 = .offline(since: self.lastProbe) }
             self.logger.warning("relay unreachable; probing", metadata: [
                 "probe_every_ms": "\(self.configuration.offlineProbeMilliseconds)",
             ])
@@ -218,6 +331,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             record(claimed.id, durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
                 try lifecycle.delivered(now: now)
             }
+            relayAccepts()
             logger.info("delivered", metadata: [
                 "message.id": claimed.id, "attempt": "\(claimed.attempt)",
                 "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",
@@ -229,8 +343,13 @@ public final class DeliveryWorker: @unchecked Sendable {
             let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
             let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
             // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
+            let refused = error.refusesTheRelay
+            if refused { relayRefused(kind: error.kind.rawValue) }
             let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
-                if offline {
+                if refused {
+                    // The relay's failure, not this memo's: it waits, held, with the others.
+                    try lifecycle.hold(reason: error.kind.rawValue)
+                } else if offline {
                     try lifecycle.relayUnreachable(error, retryAt: probeAt)
                 } else {
                     try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)

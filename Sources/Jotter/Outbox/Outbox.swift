@@ -141,13 +141,15 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// Applies `decide` to every memo in `status`, in one transaction; returns how many changed.
-    private func transitionAll(in status: DeliveryStatus, durable: Bool,
+    /// Applies `decide` to every memo in `status` (that `matching` accepts, at most `limit`), oldest
+    /// first, in one transaction; returns how many changed.
+    private func transitionAll(in status: DeliveryStatus, durable: Bool, limit: Int = .max,
+                               matching: (DeliveryLifecycle) -> Bool = { _ in true },
                                _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws -> Int {
         try database.write(durable: durable) { database in
             var changed = 0
-            for id in try store.ids(in: status, database: database) {
-                guard let before = try store.lifecycle(id: id, in: database) else { continue }
+            for id in try store.ids(in: status, database: database) where changed < limit {
+                guard let before = try store.lifecycle(id: id, in: database), matching(before) else { continue }
                 var after = before
                 guard (try? decide(&after)) != nil, after != before else { continue }
                 try store.persist(after, id: id, from: before.status, in: database)
@@ -204,6 +206,41 @@ public final class Outbox: Sendable {
         let now = clock.nowMilliseconds()
         return try transitionAll(in: .failed, durable: true) { lifecycle throws(DeliveryLifecycle.Refusal) in
             try lifecycle.requeue(now: now)
+        }
+    }
+
+    /// Holds every waiting (queued or retrying) memo with `reason`: the relay refuses them all alike.
+    @discardableResult
+    public func holdWaiting(reason: String) throws -> Int {
+        var held = 0
+        for status in [DeliveryStatus.queued, .retrying] {
+            held += try transitionAll(in: status, durable: true) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                try lifecycle.hold(reason: reason)
+            }
+        }
+        return held
+    }
+
+    /// Puts up to `limit` memos held for one of `reasons` back in the queue, oldest first.
+    @discardableResult
+    public func releaseHeld(reasons: Set<String>, limit: Int = .max) throws -> Int {
+        let now = clock.nowMilliseconds()
+        return try transitionAll(in: .held, durable: true, limit: limit,
+                                 matching: { $0.lastError.map(reasons.contains) ?? false }) {
+            lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.requeue(now: now)
+        }
+    }
+
+    /// The reason of the oldest memo held for one of `reasons`, if any (at start: the relay refused before).
+    public func heldReason(among reasons: Set<String>) throws -> String? {
+        let store = store
+        return try database.read { database in
+            for id in try store.ids(in: .held, database: database) {
+                if let reason = try store.lifecycle(id: id, in: database)?.lastError, reasons.contains(reason) {
+                    return reason
+                }
+            }
+            return nil
         }
     }
 

@@ -2,6 +2,8 @@
 /// beyond the subject while it is retained.
 struct HistoryRoute: Sendable {
     let outbox: Outbox
+    /// How the relay is doing (the worker's view).
+    var relayState: @Sendable () -> RelayState = { .ok }
     static let defaultLimit = 50
     static let maxLimit = 500
 
@@ -21,9 +23,10 @@ struct HistoryRoute: Sendable {
         }
         do {
             let records = try outbox.history.latest(limit: limit + 1, before: before)
+            let relay = relayState()
             var json = JSONWriter()
             json.array { json in
-                for record in records.prefix(limit) { Self.write(record, to: &json) }
+                for record in records.prefix(limit) { Self.write(record, relay: relay, to: &json) }
             }
             var response = HTTPResponse.json(200, json.bytes)
             if records.count > limit, let last = records.prefix(limit).last {
@@ -45,7 +48,7 @@ struct HistoryRoute: Sendable {
                 return .error(404, code: "not_found", message: "No memo has this id.")
             }
             var json = JSONWriter()
-            Self.write(record, to: &json)
+            Self.write(record, relay: relayState(), to: &json)
             var response = HTTPResponse.json(200, json.bytes)
             response.messageID = id
             return response
@@ -80,9 +83,12 @@ struct HistoryRoute: Sendable {
     func health() -> HTTPResponse {
         do {
             let counts = try outbox.history.counts()
+            let relay = relayState()
             var json = JSONWriter()
             json.object { json in
-                json.field("status", "ok")
+                json.field("status", relay == .ok ? "ok" : "degraded")
+                json.key("relay")
+                Self.write(relay, to: &json)
                 json.key("outbox")
                 json.object { json in
                     for status in DeliveryStatus.allCases {
@@ -113,7 +119,38 @@ struct HistoryRoute: Sendable {
         return true
     }
 
-    static func write(_ record: MessageRecord, to json: inout JSONWriter) {
+    /// `{"state": "ok"|"offline"|"refused", "reason": kind or null, "since": time or null}`.
+    static func write(_ relay: RelayState, to json: inout JSONWriter) {
+        json.object { json in
+            json.field("state", relay.name)
+            switch relay {
+            case .ok:
+                json.field("reason", nil as String?)
+                json.field("since", nil as String?)
+            case .offline(let since):
+                json.field("reason", "unreachable")
+                json.field("since", Timestamp.iso8601(milliseconds: since))
+            case .refused(let kind, let since):
+                json.field("reason", kind)
+                json.field("since", Timestamp.iso8601(milliseconds: since))
+            }
+        }
+    }
+
+    /// Why a memo that is not on its way waits, when the relay is the reason: `relay_offline` for a
+    /// queued or retrying memo while the relay cannot be reached, `relay_refused` for one held (or
+    /// waiting) while it refuses; nil otherwise.
+    static func waitingFor(_ record: MessageRecord, relay: RelayState) -> String? {
+        switch (relay, record.status) {
+        case (.offline, .queued), (.offline, .retrying): return "relay_offline"
+        case (.refused, .queued), (.refused, .retrying): return "relay_refused"
+        case (_, .held) where record.lastError.map(DeliveryFailure.relayRefusalKinds.contains) ?? false:
+            return "relay_refused"
+        default: return nil
+        }
+    }
+
+    static func write(_ record: MessageRecord, relay: RelayState, to json: inout JSONWriter) {
         json.object { json in
             json.field("id", record.id)
             json.field("created_at", Timestamp.iso8601(milliseconds: record.createdAt))
@@ -123,6 +160,7 @@ struct HistoryRoute: Sendable {
             json.field("delivered_at", record.deliveredAt.map(Timestamp.iso8601(milliseconds:)))
             json.field("last_error", record.lastError)
             json.field("subject", record.subject)
+            json.field("waiting_for", waitingFor(record, relay: relay))
         }
     }
 }

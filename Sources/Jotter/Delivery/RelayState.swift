@@ -1,0 +1,31 @@
+/// How the relay is doing, as the worker sees it: what `/healthz`, `/history` and the page show.
+public enum RelayState: Sendable, Equatable {
+    /// Deliveries go through (or nothing has failed yet).
+    case ok
+    /// The relay cannot be reached (refused, no route, DNS) since `since` (epoch ms); probed meanwhile.
+    case offline(since: Int64)
+    /// The relay as configured refuses every memo alike (`kind`: auth, tls, configuration) since
+    /// `since`: one failed login, not one per memo; memos wait `held` with that reason, and the
+    /// relay is re-tested with one of them on a slow schedule, at once on a Retry or a new configuration.
+    case refused(kind: String, since: Int64)
+
+    /// `ok`, `offline` or `refused`.
+    public var name: String {
+        switch self {
+        case .ok: return "ok"
+        case .offline: return "offline"
+        case .refused: return "refused"
+        }
+    }
+}
+
+extension DeliveryFailure {
+    /// The failure is the relay's, not the memo's: every memo would fail the same way until the
+    /// configuration or the account changes (a wrong password, a certificate that does not verify).
+    var refusesTheRelay: Bool {
+        isPermanent && [.auth, .tls, .configuration].contains(kind)
+    }
+
+    /// The kinds `refusesTheRelay` holds memos for (their `last_error` while held).
+    static let relayRefusalKinds: Set<String> = [Kind.auth.rawValue, Kind.tls.rawValue, Kind.configuration.rawValue]
+}

@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// What `/healthz` and `/history` say while the relay is down or refusing: every waiting memo says
+/// why it waits, and health is `degraded` with the relay's state.
+@Suite struct RelayStateTests {
+    private static func json(_ response: RawHTTP.Response) -> [String: Any] {
+        (response.json as? [String: Any]) ?? [:]
+    }
+
+    @Test func aRefusingRelayShowsInHealthAndInEveryWaitingMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.fail(DeliveryFailure(.auth, permanent: true)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        #expect(Self.json(try server.route("GET", "/healthz"))["status"] as? String == "ok")
+        for index in 0..<3 {
+            #expect(try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                     body: Array("memo \(index)".utf8)).status == 204)
+        }
+        #expect(server.waitUntil(timeout: 30) { (try? server.outbox.history.counts())?[.held] == 3 })
+        let health = Self.json(try server.route("GET", "/healthz"))
+        #expect(health["status"] as? String == "degraded")
+        let relay = health["relay"] as? [String: Any]
+        #expect(relay?["state"] as? String == "refused")
+        #expect(relay?["reason"] as? String == "auth")
+        #expect(relay?["since"] as? String != nil)
+        let history = (try server.route("GET", "/history").json as? [[String: Any]]) ?? []
+        #expect(history.count == 3)
+        for entry in history {
+            #expect(entry["status"] as? String == "held")
+            #expect(entry["last_error"] as? String == "auth")
+            #expect(entry["waiting_for"] as? String == "relay_refused")
+        }
+        #expect(transport.messages.count == 1, "one failed login")
+    }
+
+    @Test func anUnreachableRelayShowsAsOfflineOnEveryWaitingMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.fail(DeliveryFailure(.unreachable, permanent: false)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        for index in 0..<3 {
+            #expect(try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                     body: Array("memo \(index)".utf8)).status == 204)
+        }
+        #expect(server.waitUntil(timeout: 30) {
+            Self.json((try? server.route("GET", "/healthz")) ?? RawHTTP.Response(status: 0, headers: [], body: []))["status"]
+                as? String == "degraded"
+        })
+        let relay = Self.json(try server.route("GET", "/healthz"))["relay"] as? [String: Any]
+        #expect(relay?["state"] as? String == "offline")
+        let history = (try server.route("GET", "/history").json as? [[String: Any]]) ?? []
+        #expect(history.count == 3)
+        #expect(history.allSatisfy { $0["waiting_for"] as? String == "relay_offline" },
+                "every waiting memo says why, not only the one that was tried: \(history)")
+        transport.release()
+        #expect(server.waitUntil(timeout: 30) { (try? server.outbox.history.counts())?[.sent] == 3 })
+        #expect(Self.json(try server.route("GET", "/healthz"))["status"] as? String == "ok")
+    }
+}
