@@ -356,6 +356,22 @@ def scenario_links(tabs, args, result):
     open_page(first, lang_url(args) + "#pair=" + token)
     result["first"] = wait_state(first, "paired")
     result["first"]["pair_requests"] = statuses(requests_to(first, "POST", "/pair"))
+    # The paired phone opens the same link again (scanned twice): it is still paired, and can send.
+    since = first.evaluate("Math.round(performance.now())")
+    first.evaluate("location.hash = '#pair=' + %s" % json.dumps(token))
+    try:
+        first.wait_for("window.__phone.states.some(s => s.at >= %d && s.text && s.code !== 'not_paired')" % since,
+                       timeout=10)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.5)  # what it says next, if it changes its mind
+    result["first_again"] = state(first)
+    result["first_again"]["pair_requests"] = statuses(requests_to(first, "POST", "/pair"))
+    memo = memo_text("still paired")
+    result["still_paired_memo"] = memo
+    type_and_tap_send(first, memo)
+    wait_outbox_empty(first)
+    result["first_again"]["send_requests"] = statuses(requests_to(first, "POST", "/send"))
     tabs.close(first)
 
     second = tabs.open("second-phone", fresh_profile=True)

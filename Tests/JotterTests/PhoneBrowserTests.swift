@@ -138,6 +138,15 @@ struct PhoneBrowserTests {
 
         #expect(seen["first"]["state"]["code"].string == "paired", "the first phone: \(seen["first"]["state"])")
         #expect(seen["first"]["pair_requests"].array.map(\.int) == [201])
+        // Opened again on the phone it paired, the link is spent, but that phone is still paired and says so.
+        let again = seen["first_again"]
+        let name = try #require(try registry.list().first?.name)
+        #expect(again["pair_requests"].array.map(\.int) == [201, 410])
+        let paired = text["state_paired"]?.replacingOccurrences(of: "{name}", with: name)
+        #expect(again["state"]["code"].string == "paired" && again["state"]["text"].string == paired,
+                "a paired phone that opened its link again says: \(again["state"])")
+        #expect(again["send_requests"].array.map(\.int) == [204],
+                "the paired phone could not send: \(again["send_requests"])")
 
         let used = seen["used"]
         #expect(used["pair_requests"].array.map(\.int) == [410])
@@ -162,7 +171,7 @@ struct PhoneBrowserTests {
         #expect(invalid["state"]["text"].string == text["state_pairing_link_invalid"], "#state: \(invalid["state"])")
 
         #expect(try registry.list().count == 1, "one link, one device")
-        #expect(server.deliveredFiles().isEmpty)
+        try BrowserTests.expectDeliveredOnce(server, body: try #require(seen["still_paired_memo"].string))
     }
 
     @Test("Revoked: says so, keeps its memos without retrying; paired again in the same tab, sends each once")
