@@ -22,6 +22,8 @@ Scenarios:
              token is set as location.hash in the same tab: the exchange, the address bar, delivery
   links      LAN: a link pairs one phone; the same link on a second phone (used), an expired link, a
              link nobody issued: what each phone says
+  new-tab    LAN, not paired: a memo tapped; the link opened in a new tab of the same browser (as a
+             camera app does): the old tab's memo goes, once, and the old tab knows it is paired
   revoked    LAN: paired, then revoked by the caller; two memos tapped; then paired again in the same tab
   computer   LAN, the computer's page: "Pair a phone", its QR code (PNG screenshots for zbarimg),
              "New link"
@@ -434,6 +436,33 @@ def scenario_revoked(tabs, args, result):
     result["sends_after_pairing"] = statuses(requests_to(page, "POST", "/send")[sends:])
 
 
+def scenario_new_tab(tabs, args, result):
+    old = tabs.open("old-tab")
+    open_page(old, lang_url(args))
+    memo = memo_text("old tab")
+    result["memo"] = memo
+    type_and_tap_send(old, memo)
+    result["old_not_paired"] = wait_state(old, "not_paired")
+    # The camera app opens the link in a new tab of the same browser; the old tab goes to the back.
+    token = ask("pairing-token")
+    new = tabs.open("new-tab")
+    open_page(new, lang_url(args) + "#pair=" + token)
+    result["new_paired"] = wait_state(new, "paired")
+    result["seconds_to_delivered"] = wait_outbox_empty(new)
+    result["old_hidden"] = old.evaluate("document.visibilityState")
+    # Back to the old tab.
+    old.show()
+    try:
+        old.wait_for("document.visibilityState === 'visible'"
+                     " && document.getElementById('state').dataset.s === 'paired'", timeout=10)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.5)  # a late send from either tab would show up
+    result["old_back"] = state(old)
+    result["sends"] = [{"tab": p.name, "status": r["status"]}
+                       for p in (old, new) for r in requests_to(p, "POST", "/send")]
+
+
 def scenario_computer(tabs, args, result):
     page = tabs.open("computer", phone=False)
     open_page(page, lang_url(args))
@@ -521,6 +550,7 @@ SCENARIOS = {
     "unpaired": scenario_unpaired,
     "links": scenario_links,
     "revoked": scenario_revoked,
+    "new-tab": scenario_new_tab,
     "computer": scenario_computer,
     "local": scenario_local,
     "draft": scenario_draft,

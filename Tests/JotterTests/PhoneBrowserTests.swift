@@ -174,6 +174,31 @@ struct PhoneBrowserTests {
         try BrowserTests.expectDeliveredOnce(server, body: try #require(seen["still_paired_memo"].string))
     }
 
+    @Test("A link opened in a new tab (as a camera app does) pairs the old tab too: its memo goes once")
+    func linkInANewTabPairsTheOldTab() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.phoneServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+
+        let seen = try Self.drive("new-tab", server: server) { _ in try registry.issuePairingToken().token }
+        BrowserTests.expectClean(seen, allowing: Self.refusals(["/send": [401]]))
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["old_not_paired"]["state"]["code"].string == "not_paired")
+        #expect(seen["old_not_paired"]["outbox"].array.compactMap { $0["body"].string } == [memo])
+        #expect(seen["new_paired"]["state"]["code"].string == "paired", "the new tab: \(seen["new_paired"]["state"])")
+        #expect(seen["old_hidden"].string == "hidden", "the old tab was not behind the new one")
+        #expect(seen["seconds_to_delivered"].double != nil, "the old tab's memo never left")
+        let back = seen["old_back"]
+        #expect(back["state"]["code"].string == "paired", "the old tab still says: \(back["state"])")
+        #expect(back["outbox"].array.isEmpty && back["token_stored"].bool == true)
+        // Either tab may have sent it (same Idempotency-Key): at most one 401 (before pairing), no error.
+        let sends = seen["sends"].array.compactMap { $0["status"].int }
+        #expect(sends.filter { $0 == 401 }.count <= 1 && sends.allSatisfy { [401, 204, 409].contains($0) },
+                "POST /send: \(seen["sends"])")
+        try BrowserTests.expectDeliveredOnce(server, body: memo)
+    }
+
     @Test("Revoked: says so, keeps its memos without retrying; paired again in the same tab, sends each once")
     func revokedPhoneSaysSoThenPairsAgain() throws {
         let directory = TemporaryDirectory()
