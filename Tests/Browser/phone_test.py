@@ -10,7 +10,8 @@ revoke a device) the driver asks for with a line {"await": STEP} and reads the c
 line on stdin: a pairing token, or "ok".
 
 Every tab is a phone (390×844 CSS px, mobile, touch, an Android Chrome User-Agent with its client
-hints; sends are taps) except in "computer", which is the computer's own page. Tabs that must not share
+hints; sends are taps; not the computer itself, see OFF_THIS_MACHINE) except in "computer", which is
+the computer's own page. Tabs that must not share
 storage (a second phone) get a fresh browser context, i.e. a fresh profile.
 
 Every scenario also reports requests (of all its tabs, each with its "tab"), foreign_requests,
@@ -70,6 +71,23 @@ PROBE = r"""
 })();
 """
 
+# The test's phone is on loopback, where GET /pairing offers "Pair a phone" (can_pair_others: the
+# peer is the computer itself). A phone on the Wi-Fi is not: phone tabs get can_pair_others false,
+# as the server answers a phone, so the screen is a phone's.
+OFF_THIS_MACHINE = r"""
+(() => {
+  const fetch = window.fetch;
+  window.fetch = function (resource) {
+    const answer = fetch.apply(this, arguments);
+    if (new URL(resource.url || resource, location.href).pathname !== '/pairing') return answer;
+    return answer.then(r => !r.ok ? r : r.json().then(j => {
+      j.can_pair_others = false;
+      return new Response(JSON.stringify(j), { status: r.status, statusText: r.statusText, headers: r.headers });
+    }));
+  };
+})();
+"""
+
 STATE = r"""
 (() => {
   const $ = id => document.getElementById(id);
@@ -106,6 +124,7 @@ LAYOUT = r"""
                       return { x: r.x, y: r.y, width: r.width, height: r.height }; };
   return { viewport: { width: innerWidth, height: innerHeight }, state: box('state'), send: box('send'),
            subject: box('subject'), body: box('body'), foot: box('foot'),
+           foot_items: [...document.getElementById('foot').children].filter(e => !e.hidden).map(e => box(e.id)),
            state_scroll_width: document.getElementById('state').scrollWidth,
            page_scroll_width: document.documentElement.scrollWidth };
 })()
@@ -133,6 +152,7 @@ class Tabs:
             page.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
             page.send("Emulation.setUserAgentOverride", {"userAgent": PHONE_UA, "platform": "Linux armv8l",
                                                          "userAgentMetadata": PHONE_METADATA})
+            page.add_script_on_new_document(OFF_THIS_MACHINE)
         page.add_script_on_new_document(PROBE)
         self.all.append(page)
         return page
@@ -317,7 +337,7 @@ def scenario_unpaired(tabs, args, result):
     result["sends_before_window"] = statuses(sends[:before])
     result["sends_in_window"] = statuses(sends[before:])
     result["after_window"] = state(page)
-    result["layout"] = page.evaluate(LAYOUT)
+    result["layout"] = dict(page.evaluate(LAYOUT), screen_width=PHONE_SIZE[0])
     result["screenshot"] = screenshot(page, args, "phone-not-paired-%s.png" % args.lang)
 
     tap(page, "#history-open")

@@ -83,6 +83,7 @@ struct PhoneBrowserTests {
         #expect(history["empty_shown"].bool == false)
 
         Self.expectReadableLayout(seen["layout"], rightToLeft: lang == "ar")
+        #expect(waiting["pair_open"]["shown"].bool == false, "a phone is offered 'Pair a phone'")
         #expect(waiting["html_lang"].string == lang)
 
         // The link, set as the hash of the open tab: paired at once, the token gone from the address bar.
@@ -350,10 +351,18 @@ struct PhoneBrowserTests {
     }
 
     /// The state line is on screen, whole, above the memo field and not over it; nothing overflows
-    /// sideways; in Arabic the bar is mirrored.
+    /// sideways (the phone's screen width: a mobile viewport widens to fit what overflows); in Arabic
+    /// the bar is mirrored.
     static func expectReadableLayout(_ layout: Observed, rightToLeft: Bool,
                                      sourceLocation: SourceLocation = #_sourceLocation) {
-        let width = layout["viewport"]["width"].double ?? 0
+        let width = layout["screen_width"].double ?? 0
+        #expect(layout["viewport"]["width"].double == width, "the page is wider than the phone: \(layout)",
+                sourceLocation: sourceLocation)
+        for item in layout["foot_items"].array {
+            let left = item["x"].double ?? -1, right = left + (item["width"].double ?? 0)
+            #expect(left >= 0 && right <= width, "the footer leaves the screen: \(layout["foot_items"])",
+                    sourceLocation: sourceLocation)
+        }
         let state = layout["state"], body = layout["body"]
         let stateX = state["x"].double ?? -1, stateWidth = state["width"].double ?? 0
         let stateBottom = (state["y"].double ?? 0) + (state["height"].double ?? 0)
