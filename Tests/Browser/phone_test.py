@@ -27,7 +27,7 @@ Scenarios:
              camera app does): the old tab's memo goes, once, and the old tab knows it is paired
   revoked    LAN: paired, then revoked by the caller; two memos tapped; then paired again in the same tab
   computer   LAN, the computer's page: "Pair a phone", its QR code (PNG screenshots for zbarimg),
-             "New link"
+             "New link"; then in a 390 px wide window in every language: the footer
   local      local mode: a pairing link opened, a memo sent, History, another link: no pairing request
   draft      subject and memo typed, reload, sent, reload
 """
@@ -512,6 +512,23 @@ def scenario_computer(tabs, args, result):
     result["new_link"] = page.evaluate(link)
     result["new_link"]["qr_png"] = qr_screenshot(page, args, "pair-qr-2.png")
     result["link_requests"] = statuses(requests_to(page, "POST", "/pair/link"))
+    # A narrow window (or Jotter running on a phone or tablet itself): the footer, with 'Pair a
+    # phone' in it, in every language.
+    languages = page.evaluate("[...document.getElementById('lang').options].map(o => o.value)")
+    width = PHONE_SIZE[0]
+    page.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 800, "deviceScaleFactor": 1,
+                                                     "mobile": False})
+    result["narrow"] = []
+    for tag in languages:
+        open_page(page, args.url + "?lang=" + tag)
+        try:
+            page.wait_for("!document.getElementById('pair-open').hidden", timeout=10)
+        except cdp.CDPError:
+            pass
+        layout = dict(page.evaluate(LAYOUT), screen_width=width, lang=tag)
+        result["narrow"].append(layout)
+        if tag in ("ja", "fr", "ar"):
+            screenshot(page, args, "computer-narrow-%s.png" % tag)
 
 
 def qr_screenshot(page, args, name):
