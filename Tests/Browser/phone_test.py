@@ -11,8 +11,8 @@ line on stdin: a pairing token, or "ok".
 
 Every tab is a phone (390×844 CSS px, mobile, touch, an Android Chrome User-Agent with its client
 hints; sends are taps; not the computer itself, see OFF_THIS_MACHINE) except in "computer", which is
-the computer's own page. Tabs that must not share
-storage (a second phone) get a fresh browser context, i.e. a fresh profile.
+the computer's own page. Tabs that must not share storage (a second phone) get a fresh browser
+context, i.e. a fresh profile.
 
 Every scenario also reports requests (of all its tabs, each with its "tab"), foreign_requests,
 problems and, with --maildir, the delivered messages, as page_test.py does.
@@ -21,8 +21,8 @@ Scenarios:
   unpaired   LAN, not paired: two memos typed and tapped; where it stands (#state), the outbox, the
              POSTs to /send in a 3 s window, History; a screenshot in --lang; then the caller's pairing
              token is set as location.hash in the same tab: the exchange, the address bar, delivery
-  links      LAN: a link pairs one phone; the same link on a second phone (used), an expired link, a
-             link nobody issued: what each phone says
+  links      LAN: a link pairs one phone, which then opens it again and sends a memo; the same link
+             on a second phone (used), an expired link, a link nobody issued: what each phone says
   new-tab    LAN, not paired: a memo tapped; the link opened in a new tab of the same browser (as a
              camera app does): the old tab's memo goes, once, and the old tab knows it is paired
   revoked    LAN: paired, then revoked by the caller; two memos tapped; then paired again in the same tab
