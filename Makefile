@@ -10,8 +10,9 @@ ARGS ?=
 RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev zlib1g-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, a QR decoder (zbar) and an SVG renderer (librsvg) to read the pairing code,
-# and notmuch (GMime) as a second reader of encoded subjects.
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch
+# notmuch (GMime) as a second reader of encoded subjects, and a Japanese font so the page's
+# screenshots (.build/artifacts/phone) show Japanese, not boxes.
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic
 # The benchmarks compare against nginx and drive load with wrk.
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 

@@ -280,10 +280,22 @@ struct BrowserTests {
     /// then the driver is told to go on.
     static func drive(_ scenario: String, server: TestServer, maildir: Bool = true, timeout: Double = 40,
                       step: (String) throws -> Void = { _ in }) throws -> Observed {
+        try drive(driver: driver, scenario: scenario, server: server, maildir: maildir, timeout: timeout) {
+            try step($0)
+            return "ok"
+        }
+    }
+
+    /// Runs `scenario` of the driver script at `driver` (with `arguments` added) against `server`. For
+    /// each `{"await": STEP}` it prints, `answer` does the step and returns the line the driver reads
+    /// back (a pairing token, or "ok").
+    static func drive(driver: String, scenario: String, server: TestServer, arguments extra: [String] = [],
+                      maildir: Bool = true, timeout: Double = 40,
+                      answer: (String) throws -> String) throws -> Observed {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         var arguments = [driver, "--url", "http://127.0.0.1:\(server.port)", "--scenario", scenario,
-                         "--timeout", String(Int(timeout))]
+                         "--timeout", String(Int(timeout))] + extra
         if maildir { arguments += ["--maildir", server.maildir] }
         process.arguments = arguments
         let output = Pipe(), input = Pipe()
@@ -321,13 +333,14 @@ struct BrowserTests {
                 buffer = Data(buffer[buffer.index(after: newline)...])
                 guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any] else { continue }
                 if let name = object["await"] as? String {
+                    let reply: String
                     do {
-                        try step(name)
+                        reply = try answer(name)
                     } catch {
                         try? input.fileHandleForWriting.close()
                         throw error
                     }
-                    input.fileHandleForWriting.write(Data("ok\n".utf8))
+                    input.fileHandleForWriting.write(Data((reply + "\n").utf8))
                 } else {
                     result = Observed(object)
                     break readLoop
@@ -339,7 +352,8 @@ struct BrowserTests {
         try? input.fileHandleForWriting.close()
         guard let result else {
             let stderr = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
-            throw DriverFailure(description: "page_test.py \(scenario) printed no observations "
+            let name = URL(fileURLWithPath: driver).lastPathComponent
+            throw DriverFailure(description: "\(name) \(scenario) printed no observations "
                                 + "(exit \(process.terminationStatus)): \(stderr.suffix(3000))")
         }
         return result
