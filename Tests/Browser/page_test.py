@@ -24,6 +24,7 @@ Scenarios:
   rtl       ?lang=ar: direction and the mirrored positions of the send button and subject field
   privacy   the tab is hidden (another tab in front), then shown again
   nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
+  relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
 """
 import argparse
 import email
@@ -354,6 +355,30 @@ def scenario_rtl(page, url, result):
       })()""")
 
 
+def scenario_relay(page, url, result):
+    """The relay refuses (the caller's server fails every delivery as auth): send a memo, wait for the
+    page's relay line, then open History."""
+    load(page, url)
+    memo = "Written while the mail server refuses %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("!document.getElementById('relay').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["relay"] = page.evaluate(
+        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
+        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+    page.click(*page.center_of("#history-open"))
+    try:
+        page.wait_for("document.querySelectorAll('#history-list li').length > 0", timeout=10)
+    except cdp.CDPError:
+        pass
+    result["history"] = page.evaluate(
+        "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
+
+
 def scenario_privacy(page, url, result):
     load(page, url)
     page.type_text("Private thought")
@@ -420,6 +445,7 @@ SCENARIOS = {
     "rtl": scenario_rtl,
     "privacy": scenario_privacy,
     "nojs": scenario_nojs,
+    "relay": scenario_relay,
 }
 
 if __name__ == "__main__":

@@ -234,6 +234,26 @@ struct BrowserTests {
         #expect(message["subject"] as? String == memo, "subject: \(message["subject"] ?? "none")")
     }
 
+    @Test("While the mail server refuses, the page says so and History says why the memo waits")
+    func aRefusingRelayShowsOnThePage() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.fail(DeliveryFailure(.auth, permanent: true)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+
+        let seen = try Self.drive("relay", server: server, maildir: false)
+        Self.expectClean(seen)
+        let strings = try Self.translations("en")
+        #expect(seen["relay"]["hidden"].bool == false, "no relay line: \(seen["relay"])")
+        #expect(seen["relay"]["visible"].bool == true)
+        #expect(seen["relay"]["text"].string == strings["relay_refused"])
+        let entries = seen["history"].array.compactMap(\.string)
+        #expect(entries.count == 1)
+        #expect(entries.first?.contains(strings["waiting_relay_refused"] ?? "?") == true, "\(entries)")
+        #expect(entries.first?.contains(strings["error_auth"] ?? "?") == true, "\(entries)")
+        #expect(transport.messages.count == 1)
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
