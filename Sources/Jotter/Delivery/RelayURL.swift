@@ -67,7 +67,7 @@ public struct RelayURL: Sendable {
             let user = url.user.map { $0.removingPercentEncoding ?? $0 }
             let password = url.password.map { $0.removingPercentEncoding ?? $0 }
             let tlsNone = query["tls"] == "none"
-            if tlsNone && !Self.isLoopback(host) {
+            if tlsNone && !Loopback.contains(host: host) {
                 throw Failure.invalid("tls=none is only allowed for a loopback host")
             }
             let userAddress = user.flatMap { $0.contains("@") ? MailAddress(address: $0) : nil }
@@ -92,7 +92,7 @@ public struct RelayURL: Sendable {
             let from = try Self.address(query["from"] ?? "Jotter <onboarding@resend.dev>")
             let base = query["base"] ?? "https://api.resend.com"
             guard let baseURL = URLComponents(string: base), let baseHost = baseURL.host,
-                  baseURL.scheme == "https" || (baseURL.scheme == "http" && Self.isLoopback(baseHost)) else {
+                  baseURL.scheme == "https" || (baseURL.scheme == "http" && Loopback.contains(host: baseHost)) else {
                 throw Failure.invalid("base= must be an https URL (http only for a loopback host)")
             }
             self.from = from
@@ -137,22 +137,5 @@ public struct RelayURL: Sendable {
             && text.unicodeScalars.allSatisfy { scalar in
                 scalar.value > 0x20 && scalar.value < 0x7F && !"<>()[],;:\\\"".unicodeScalars.contains(scalar)
             }
-    }
-
-    /// `localhost`, an IPv4 literal in 127.0.0.0/8, or `::1` — never a DNS name that merely starts with "127."
-    /// (someone else's name could then receive memos and credentials in clear).
-    static func isLoopback(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        if bare == "localhost" { return true }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, bare, &v4) == 1 {
-            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
-        }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, bare, &v6) == 1 {
-            let loopback = [UInt8](repeating: 0, count: 15) + [1]
-            return withUnsafeBytes(of: &v6) { $0.elementsEqual(loopback) }
-        }
-        return false
     }
 }

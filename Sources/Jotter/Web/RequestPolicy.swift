@@ -53,7 +53,8 @@ public final class RequestPolicy: Sendable {
         if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
             return refusal
         }
-        if let devices, !Self.isPublic(request), !(trustsLoopback && Self.isLoopbackPeer(request.remoteAddress)) {
+        let trustedPeer = trustsLoopback && Loopback.contains(address: request.remoteAddress)
+        if let devices, !Self.isPublic(request), !trustedPeer {
             return tokenRefusal(request, devices: devices)
         }
         return nil
@@ -121,9 +122,10 @@ public final class RequestPolicy: Sendable {
         return path.hasPrefix("/") && !name.contains("/") && name.contains(".")
     }
 
-    /// A request from this machine itself (scripts using curl keep working without a token).
+    /// A request from this machine itself (scripts using curl keep working without a token):
+    /// `Loopback.contains(address:)`, under the name `PairRoute` calls.
     static func isLoopbackPeer(_ address: String) -> Bool {
-        address == "::1" || address.hasPrefix("127.") || address.hasPrefix("::ffff:127.")
+        Loopback.contains(address: address)
     }
 
     /// State-changing requests and everything that reveals memo metadata.
@@ -174,17 +176,7 @@ public final class RequestPolicy: Sendable {
         }
         let host = Self.normalized(String(name))
         guard !host.isEmpty else { return false }
-        return host == "localhost" || host == "[::1]" || Self.isIPv4Loopback(host)
-            || boundAddresses.contains(host) || configuredHosts.contains(host)
-    }
-
-    private static func isIPv4Loopback(_ host: String) -> Bool {
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in
-            !part.isEmpty && part.utf8.count <= 3 && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-                && (Int(part) ?? 256) <= 255
-        }
+        return Loopback.contains(host: host) || boundAddresses.contains(host) || configuredHosts.contains(host)
     }
 }
 
