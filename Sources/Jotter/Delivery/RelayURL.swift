@@ -52,7 +52,8 @@ public struct RelayURL: Sendable {
             let raw = rest.hasPrefix("//") ? rest.dropFirst(2) : rest[...]
             let path = URLParts.percentDecoded(raw) ?? String(raw)
             guard !path.isEmpty else { throw Failure.missingPath(scheme: scheme) }
-            transport = scheme == "maildir" ? try MaildirTransport(path: path) : try MarkdownTransport(folder: path)
+            // Parsing creates nothing: the transport creates its folders in `prepare()` or on first delivery.
+            transport = scheme == "maildir" ? MaildirTransport(path: path) : MarkdownTransport(folder: path)
             from = nil
             to = nil
         case "sendmail":

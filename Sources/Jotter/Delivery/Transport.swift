@@ -17,6 +17,11 @@ public protocol Transport: Sendable {
     /// Delivers `message`.
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt
 
+    /// Makes the destination ready before the first delivery (creates a local folder), so that a path
+    /// that cannot work is reported once, at start. Never called while parsing a relay URL. `send`
+    /// must work without it.
+    func prepare() throws(DeliveryFailure)
+
     /// A cheap check that the destination answers at all (a TCP connect), used while it is unreachable
     /// instead of walking the backoff ladder. Local destinations are always reachable.
     func probe() -> Bool
@@ -28,6 +33,7 @@ public protocol Transport: Sendable {
 }
 
 extension Transport {
+    public func prepare() throws(DeliveryFailure) {}
     public func probe() -> Bool { true }
     public var repeatsHarmlessly: Bool { false }
 }
