@@ -1,14 +1,3 @@
-/// What a transport reports after a successful delivery.
-public struct DeliveryReceipt: Sendable, Equatable {
-    /// True when the transport found the message already delivered by an earlier, interrupted attempt.
-    public var alreadyDelivered: Bool
-
-    /// Creates a receipt.
-    public init(alreadyDelivered: Bool = false) {
-        self.alreadyDelivered = alreadyDelivered
-    }
-}
-
 /// Delivers one message somewhere: a Maildir, an SMTP server, an HTTP mail API, …
 ///
 /// `send` blocks until the outcome is known and throws a `DeliveryFailure` (by kind, never with the
