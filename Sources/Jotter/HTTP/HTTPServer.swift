@@ -189,29 +189,6 @@ public final class HTTPServer: @unchecked Sendable {
     }
 }
 
-/// A response that never changes (the page in one language): the adapter builds libmicrohttpd's
-/// response once and queues it for every request, instead of copying 16 KB and adding headers each time.
-/// The route hands out the same `ReusableResponse` only with the same status, headers and body.
-public final class ReusableResponse: Sendable {
-    private let built = Mutex<OpaquePointer?>(nil)
-
-    /// An empty slot; filled on first use.
-    public init() {}
-
-    fileprivate func response(building build: () -> OpaquePointer?) -> OpaquePointer? {
-        built.withLock { pointer in
-            if pointer == nil { pointer = build() }
-            return pointer
-        }
-    }
-
-    deinit {
-        built.withLock { pointer in
-            if let pointer { MHD_destroy_response(pointer) }
-        }
-    }
-}
-
 // MARK: libmicrohttpd callbacks: each hands over to Swift at once.
 
 private func jotterAccessHandler(
@@ -243,52 +220,6 @@ private func jotterCollectValue(
     Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
         .collect(kind: kind, key: String(cString: key), value: value.map { String(cString: $0) } ?? "")
     return .YES
-}
-
-/// One request's state, from its first callback to its completion.
-///
-/// `@unchecked Sendable`: libmicrohttpd calls back for one connection on one thread at a time, so the
-/// plain fields are never touched concurrently; `reply` (set from any thread) is behind a mutex.
-final class RequestContext: @unchecked Sendable {
-    let connection: OpaquePointer
-    let started = monotonicNanoseconds()
-    var method = ""
-    var path = ""
-    var headers = HTTPHeaders()
-    var query: [(name: String, value: String)] = []
-    var body: [UInt8] = []
-    var dispatched = false
-    var queued = false
-    /// Body bytes dropped because the body outgrew the cap.
-    var discarded = 0
-    var status = 0
-    var route: String?
-    var messageID: String?
-    /// The handler's answer and whether the connection is suspended waiting for it.
-    let reply = Mutex<(response: HTTPResponse?, suspended: Bool)>((nil, false))
-
-    init(connection: OpaquePointer) {
-        self.connection = connection
-    }
-
-    func collect(kind: MHD_ValueKind, key: String, value: String) {
-        if kind == .HEADER_KIND {
-            headers.add(name: key, value: value)
-        } else if kind == .GET_ARGUMENT_KIND {
-            query.append((name: key, value: value))
-        }
-    }
-
-    /// Called by the handler, on any thread: store the answer and wake the connection if it sleeps.
-    func complete(_ response: HTTPResponse) {
-        reply.withLock { state in
-            state.response = response
-            if state.suspended {
-                state.suspended = false
-                MHD_resume_connection(connection)
-            }
-        }
-    }
 }
 
 extension HTTPServer {
@@ -427,11 +358,5 @@ extension HTTPServer {
     private static func loggable(method: String) -> String {
         ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"].contains(method)
             ? method : "OTHER"
-    }
-}
-
-extension String {
-    func trimmingASCIISpaces() -> Substring {
-        Substring(self).trimmingCharacters(in: " \t")
     }
 }
