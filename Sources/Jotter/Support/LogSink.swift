@@ -47,7 +47,9 @@ public final class LogSink: Sendable {
         }
     }
 
+    /// Runs on `writer` only, so two drains never interleave their writes.
     private func drain() {
+        dispatchPrecondition(condition: .onQueue(writer))
         let bytes = pending.withLock { state -> [UInt8] in
             let bytes = state.bytes
             state.bytes.removeAll(keepingCapacity: true)

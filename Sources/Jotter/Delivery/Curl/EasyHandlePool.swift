@@ -3,7 +3,9 @@ import Synchronization
 /// Easy handles for the delivery slots: a slot borrows one, uses it, gives it back, so each handle's
 /// connection is reused by later deliveries and no handle is ever used by two threads at once.
 ///
-/// `@unchecked Sendable`: `free` is only touched while holding `lock`.
+/// `@unchecked Sendable`: `free` is only touched while holding `lock`. (A `Mutex<[EasyHandle]>` cannot
+/// take a handle back: Swift 6.3 treats a non-`Sendable` value captured by the `withLock` closure as
+/// task-isolated, even when it was passed in as `sending`.)
 public final class EasyHandlePool: @unchecked Sendable {
     private let lock = Mutex(())
     private var free: [EasyHandle] = []
