@@ -70,7 +70,7 @@ private enum MaildirReader {
     @Test func deliveryWritesOneMessageThatPythonReads() throws {
         let directory = TemporaryDirectory()
         let maildir = directory.file("Maildir")
-        let transport = try MaildirTransport(path: maildir)
+        let transport = MaildirTransport(path: maildir)
         let message = Self.message()
         let receipt = try transport.send(message)
         #expect(receipt.alreadyDelivered == false)
@@ -89,7 +89,7 @@ private enum MaildirReader {
 
     @Test func deliveryOfAnASCIIMemoRoundTripsExactly() throws {
         let directory = TemporaryDirectory()
-        let transport = try MaildirTransport(path: directory.path)
+        let transport = MaildirTransport(path: directory.path)
         _ = try transport.send(Self.message(subject: "Call Sam", body: "Call Sam at 5\n\n.\nFrom the office\ttab "))
         let entries = try MaildirReader.read(directory.path)
         #expect(entries.count == 1)
@@ -100,7 +100,7 @@ private enum MaildirReader {
     @Test func sameIDTwiceLeavesOneFile() throws {
         let directory = TemporaryDirectory()
         let maildir = directory.file("Maildir")
-        let transport = try MaildirTransport(path: maildir)
+        let transport = MaildirTransport(path: maildir)
         let first = try transport.send(Self.message(attempt: 1))
         let again = try transport.send(Self.message(attempt: 1))
         let retry = try transport.send(Self.message(attempt: 2))
@@ -116,7 +116,7 @@ private enum MaildirReader {
     func retryAfterAMailClientReadItDoesNotDeliverAgain(suffix: String) throws {
         let directory = TemporaryDirectory()
         let maildir = directory.file("Maildir")
-        let transport = try MaildirTransport(path: maildir)
+        let transport = MaildirTransport(path: maildir)
         let message = Self.message()
         _ = try transport.send(message)
         let name = MaildirTransport.fileName(for: message)
@@ -135,7 +135,8 @@ private enum MaildirReader {
 
     @Test func retryOfAnUndeliveredMessageDelivers() throws {
         let directory = TemporaryDirectory()
-        let transport = try MaildirTransport(path: directory.path)
+        let transport = MaildirTransport(path: directory.path)
+        try transport.prepare()
         try "1.other:2,S".write(toFile: directory.file("cur/1.other:2,S"), atomically: false, encoding: .utf8)
         let receipt = try transport.send(Self.message(attempt: 3))
         #expect(receipt.alreadyDelivered == false)
@@ -144,7 +145,8 @@ private enum MaildirReader {
 
     @Test func tmpIsEmptyAfterDeliveryAndAStaleTemporaryFileIsReplaced() throws {
         let directory = TemporaryDirectory()
-        let transport = try MaildirTransport(path: directory.path)
+        let transport = MaildirTransport(path: directory.path)
+        try transport.prepare()
         let message = Self.message()
         let name = MaildirTransport.fileName(for: message)
         // An earlier attempt died after writing half a file to tmp/.
@@ -156,23 +158,55 @@ private enum MaildirReader {
         #expect(try MaildirReader.read(directory.path).first?.subject == "Buy milk 🥛")
     }
 
-    @Test func fileIsPrivateAndDirectoriesAre0700() throws {
+    @Test func prepareMakesPrivateDirectories() throws {
         let directory = TemporaryDirectory()
         let maildir = directory.file("nested/deeper/Maildir")
-        let transport = try MaildirTransport(path: maildir)
+        try MaildirTransport(path: maildir).prepare()
         for folder in ["", "/tmp", "/new", "/cur"] {
             #expect(Self.mode(maildir + folder) == 0o700, "mode of Maildir\(folder)")
         }
         #expect(Self.mode(directory.file("nested")) == 0o700)
+    }
+
+    @Test func firstDeliveryWithoutPrepareMakesPrivateDirectoriesAndFile() throws {
+        let directory = TemporaryDirectory()
+        let maildir = directory.file("nested/deeper/Maildir")
+        let transport = MaildirTransport(path: maildir)
+        #expect(Self.mode(directory.file("nested")) == nil, "a transport creates nothing until used")
         _ = try transport.send(Self.message())
+        for folder in ["", "/tmp", "/new", "/cur"] {
+            #expect(Self.mode(maildir + folder) == 0o700, "mode of Maildir\(folder)")
+        }
         let delivered = Self.files(maildir + "/new")
         try #require(delivered.count == 1)
         #expect(Self.mode(maildir + "/new/" + delivered[0]) == 0o600)
     }
 
+    @Test func aMaildirRemovedWhileRunningIsMadeAgain() throws {
+        let directory = TemporaryDirectory()
+        let maildir = directory.file("Maildir")
+        let transport = MaildirTransport(path: maildir)
+        try transport.prepare()
+        try FileManager.default.removeItem(atPath: maildir)
+        #expect(try transport.send(Self.message()).alreadyDelivered == false)
+        #expect(try MaildirReader.read(maildir).count == 1)
+    }
+
+    @Test func parsingAMaildirRelayURLCreatesNothing() throws {
+        let directory = TemporaryDirectory()
+        for relay in ["maildir:" + directory.file("a/Maildir"), "maildir://" + directory.file("b%20c/Maildir"),
+                      "markdown:" + directory.file("vault/notes")] {
+            _ = try RelayURL(relay)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+        let relay = try RelayURL("maildir://" + directory.file("b%20c/Maildir"))
+        try relay.transport.prepare()
+        #expect(Self.mode(directory.file("b c/Maildir/new")) == 0o700)
+    }
+
     @Test func twoIDsMakeTwoFiles() throws {
         let directory = TemporaryDirectory()
-        let transport = try MaildirTransport(path: directory.path)
+        let transport = MaildirTransport(path: directory.path)
         let first = Self.message(id: "11111111-1111-4111-8111-111111111111", subject: "first", body: "one")
         let second = Self.message(id: "22222222-2222-4222-8222-222222222222", subject: "second", body: "two")
         #expect(try transport.send(first).alreadyDelivered == false)
@@ -188,7 +222,7 @@ private enum MaildirReader {
     @Test func existingMaildirIsReused() throws {
         let directory = TemporaryDirectory()
         _ = try MaildirTransport(path: directory.path).send(Self.message(id: "a", subject: "a", body: "a"))
-        let transport = try MaildirTransport(path: directory.path)
+        let transport = MaildirTransport(path: directory.path)
         _ = try transport.send(Self.message(id: "b", subject: "b", body: "b"))
         #expect(try MaildirReader.read(directory.path).map(\.subject).sorted() == ["a", "b"])
     }
@@ -196,8 +230,8 @@ private enum MaildirReader {
     @Test func maildirUnderARegularFileIsATransientIOFailure() throws {
         let directory = TemporaryDirectory()
         try "not a directory".write(toFile: directory.file("file"), atomically: false, encoding: .utf8)
-        #expect(throws: DeliveryFailure(.io, permanent: false)) {
-            _ = try MaildirTransport(path: directory.file("file/Maildir"))
-        }
+        let transport = MaildirTransport(path: directory.file("file/Maildir"))
+        #expect(throws: DeliveryFailure(.io, permanent: false)) { try transport.prepare() }
+        #expect(throws: DeliveryFailure(.io, permanent: false)) { _ = try transport.send(Self.message()) }
     }
 }

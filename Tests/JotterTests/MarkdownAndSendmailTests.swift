@@ -90,7 +90,7 @@ import Testing
 
     @Test func sendingTheSameMessageTwiceWritesOneEntry() throws {
         let directory = TemporaryDirectory()
-        let transport = try MarkdownTransport(folder: directory.file("vault"))
+        let transport = MarkdownTransport(folder: directory.file("vault"))
         let date = Self.localMilliseconds(year: 2024, month: 3, day: 10, hour: 9, minute: 5)
         let message = Self.message(id: "7a1c1c8e-0c0e-4b7e-9a53-1f1f6f0d2b11", date: date,
                                    subject: "Groceries", body: "eggs\nflour")
@@ -118,6 +118,24 @@ import Testing
         #expect(first.hasSuffix("\n\n## 12:05\n<!-- jotter:\(later.id) -->\n\nsecond\n"))
         #expect(Self.occurrences(of: "<!-- jotter:", in: first) == 2)
         #expect(Self.read(directory.file("vault/2024-03-11.md")) == "## 00:01\n<!-- jotter:\(tomorrow.id) -->\n\nthird\n")
+    }
+
+    @Test func theFolderIsMadeOnPrepareOrFirstDeliveryAndAFileInTheWayIsATransientIOFailure() throws {
+        let directory = TemporaryDirectory()
+        let transport = MarkdownTransport(folder: directory.file("notes/vault"))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("notes")), "nothing made until used")
+        try transport.prepare()
+        #expect(FileManager.default.fileExists(atPath: directory.file("notes/vault")))
+        try FileManager.default.removeItem(atPath: directory.file("notes"))
+        #expect(try transport.send(Self.message(id: "7a1c1c8e-0c0e-4b7e-9a53-1f1f6f0d2b14", date: 0,
+                                                subject: "s", body: "b")) == DeliveryReceipt())
+        try "in the way".write(toFile: directory.file("file"), atomically: false, encoding: .utf8)
+        let blocked = MarkdownTransport(folder: directory.file("file/vault"))
+        #expect(throws: DeliveryFailure(.io, permanent: false)) { try blocked.prepare() }
+        #expect(throws: DeliveryFailure(.io, permanent: false)) {
+            _ = try blocked.send(Self.message(id: "7a1c1c8e-0c0e-4b7e-9a53-1f1f6f0d2b15", date: 0,
+                                              subject: "s", body: "b"))
+        }
     }
 
     @Test func fourSlotsWritingOneNoteLoseNoEntryAndDuplicateNone() throws {
@@ -163,7 +181,7 @@ import Testing
     @Test func aRetriedMarkdownDeliveryStillWritesOneEntry() throws {
         let directory = TemporaryDirectory()
         let vault = directory.file("vault")
-        let transport = WrittenButUnacknowledged(next: try MarkdownTransport(folder: vault), failures: 2)
+        let transport = WrittenButUnacknowledged(next: MarkdownTransport(folder: vault), failures: 2)
         let server = try Self.jotter(directory, transport: transport)
         defer { server.stop() }
 

@@ -356,7 +356,7 @@ enum Drip {
         let directory = TemporaryDirectory()
         let data = directory.file("data")
         let transport = ControlledTransport(.fail(DeliveryFailure(.serverError, permanent: false)),
-                                            forwardingTo: try MaildirTransport(path: data + "/Maildir"))
+                                            forwardingTo: MaildirTransport(path: data + "/Maildir"))
         let server = try TestServer(dataDirectory: data, maxBodyBytes: 4096, transport: transport) {
             $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 200)
         }

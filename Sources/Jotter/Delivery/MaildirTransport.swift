@@ -8,9 +8,14 @@ public struct MaildirTransport: Transport {
     /// The Maildir's root.
     public let path: String
 
-    /// A transport into the Maildir at `path`, creating `tmp`, `new` and `cur` (mode 0700) if needed.
-    public init(path: String) throws(DeliveryFailure) {
+    /// A transport into the Maildir at `path`. Creates nothing: `prepare()` (at start) or the first
+    /// delivery creates the folders.
+    public init(path: String) {
         self.path = path
+    }
+
+    /// Creates the Maildir and its `tmp`, `new` and `cur` (mode 0700) where missing.
+    public func prepare() throws(DeliveryFailure) {
         do {
             for folder in ["", "/tmp", "/new", "/cur"] {
                 try DataDirectory.makeDirectories(path + folder, mode: 0o700)
@@ -33,8 +38,13 @@ public struct MaildirTransport: Transport {
         }
         let temporary = "\(path)/tmp/\(name)"
         unlink(temporary)  // left by an attempt that died before linking
+        let bytes = message.rendered()
         do {
-            try FileIO.writeFile(temporary, message.rendered(), mode: 0o600, flags: O_CREAT | O_EXCL)
+            try FileIO.writeFile(temporary, bytes, mode: 0o600, flags: O_CREAT | O_EXCL)
+        } catch where error.code == ENOENT {
+            // First use without `prepare()`, or the folders were removed while running: create them.
+            try prepare()
+            try Self.writeTemporary(temporary, bytes)
         } catch {
             unlink(temporary)
             throw Self.failure(error.code)
@@ -66,6 +76,15 @@ public struct MaildirTransport: Transport {
             if entryName == name || entryName.hasPrefix(prefix) { return true }
         }
         return false
+    }
+
+    private static func writeTemporary(_ temporary: String, _ bytes: [UInt8]) throws(DeliveryFailure) {
+        do {
+            try FileIO.writeFile(temporary, bytes, mode: 0o600, flags: O_CREAT | O_EXCL)
+        } catch {
+            unlink(temporary)
+            throw Self.failure(error.code)
+        }
     }
 
     /// File-system errors are transient (a full disk can be freed); the kind is `io`.

@@ -12,9 +12,13 @@ public final class MarkdownTransport: Transport {
     public let folder: String
     private let lock = Mutex(())
 
-    /// A transport into `folder`, created (0700) if missing.
-    public init(folder: String) throws(DeliveryFailure) {
+    /// A transport into `folder`. Creates nothing: `prepare()` (at start) or the first delivery does.
+    public init(folder: String) {
         self.folder = folder
+    }
+
+    /// Creates the folder (0700) if it is missing.
+    public func prepare() throws(DeliveryFailure) {
         do {
             try DataDirectory.makeDirectories(folder, mode: 0o700)
         } catch {
@@ -39,7 +43,12 @@ public final class MarkdownTransport: Transport {
         let (day, time) = Self.localDayAndTime(milliseconds: message.date)
         let path = "\(folder)/\(day).md"
         return try lock.withLock { _ throws(DeliveryFailure) -> DeliveryReceipt in
-            let lockFD = open("\(folder)/.jotter.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            var lockFD = open("\(folder)/.jotter.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            if lockFD < 0 && errno == ENOENT {
+                // First use without `prepare()`, or the folder was removed while running: create it.
+                try prepare()
+                lockFD = open("\(folder)/.jotter.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            }
             guard lockFD >= 0 else { throw DeliveryFailure(.io, permanent: false) }
             defer { close(lockFD) }
             flock(lockFD, LOCK_EX)

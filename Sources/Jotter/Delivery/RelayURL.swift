@@ -49,10 +49,11 @@ public struct RelayURL: Sendable {
         self.scheme = scheme
         switch scheme {
         case "maildir", "markdown":
-            var path = rest.hasPrefix("//") ? String(rest.dropFirst(2)) : rest
-            path = path.removingPercentEncoding ?? path
+            let raw = rest.hasPrefix("//") ? rest.dropFirst(2) : rest[...]
+            let path = URLParts.percentDecoded(raw) ?? String(raw)
             guard !path.isEmpty else { throw Failure.missingPath(scheme: scheme) }
-            transport = scheme == "maildir" ? try MaildirTransport(path: path) : try MarkdownTransport(folder: path)
+            // Parsing creates nothing: the transport creates its folders in `prepare()` or on first delivery.
+            transport = scheme == "maildir" ? MaildirTransport(path: path) : MarkdownTransport(folder: path)
             from = nil
             to = nil
         case "sendmail":
@@ -61,60 +62,54 @@ public struct RelayURL: Sendable {
             from = nil
             to = nil
         case "smtp", "smtps":
-            let url = try Self.components(relay)
-            guard let host = url.host, !host.isEmpty else { throw Failure.missingHost }
-            let query = Self.query(url)
-            let user = url.user.map { $0.removingPercentEncoding ?? $0 }
-            let password = url.password.map { $0.removingPercentEncoding ?? $0 }
-            let tlsNone = query["tls"] == "none"
-            if tlsNone && !Self.isLoopback(host) {
+            let url = try Self.parts(relay)
+            guard !url.host.isEmpty else { throw Failure.missingHost }
+            let tlsNone = url.queryValue("tls") == "none"
+            if tlsNone && !Loopback.contains(host: url.host) {
                 throw Failure.invalid("tls=none is only allowed for a loopback host")
             }
-            let userAddress = user.flatMap { $0.contains("@") ? MailAddress(address: $0) : nil }
-            let from = try query["from"].map(Self.address) ?? userAddress
-            let to = try query["to"].map(Self.address) ?? userAddress ?? from
+            let userAddress = url.user.flatMap { $0.contains("@") ? MailAddress(address: $0) : nil }
+            let from = try url.queryValue("from").map(Self.address) ?? userAddress
+            let to = try url.queryValue("to").map(Self.address) ?? userAddress ?? from
             guard let from, let to else {
                 throw Failure.invalid("set ?from= and ?to= (or use an address as the user name)")
             }
             self.from = from
             self.to = to
             transport = SMTPTransport(settings: .init(
-                host: host, port: url.port ?? (scheme == "smtps" ? 465 : 587), implicitTLS: scheme == "smtps",
-                requireTLS: !tlsNone, username: user, password: password, caFile: query["ca"],
-                timeoutSeconds: Int(query["timeout"] ?? "") ?? 60))
+                host: url.host, port: url.portOrDefault ?? 587, implicitTLS: scheme == "smtps",
+                requireTLS: !tlsNone, username: url.user, password: url.password, caFile: url.queryValue("ca"),
+                timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 60))
         case "resend":
-            let url = try Self.components(relay)
-            let query = Self.query(url)
-            let key = (url.host ?? url.user ?? "").removingPercentEncoding ?? ""
+            let url = try Self.parts(relay)
+            let key = url.host
             guard !key.isEmpty else { throw Failure.missingCredential }
-            guard let toText = query["to"] else { throw Failure.invalid("resend:// needs ?to=you@example.com") }
+            guard let toText = url.queryValue("to") else {
+                throw Failure.invalid("resend:// needs ?to=you@example.com")
+            }
             let to = try Self.address(toText)
-            let from = try Self.address(query["from"] ?? "Jotter <onboarding@resend.dev>")
-            let base = query["base"] ?? "https://api.resend.com"
-            guard let baseURL = URLComponents(string: base), let baseHost = baseURL.host,
-                  baseURL.scheme == "https" || (baseURL.scheme == "http" && Self.isLoopback(baseHost)) else {
+            let from = try Self.address(url.queryValue("from") ?? "Jotter <onboarding@resend.dev>")
+            let base = url.queryValue("base") ?? "https://api.resend.com"
+            // ResendTransport picks the protocol from the base's first characters: check those.
+            guard let baseURL = URLParts(base), !baseURL.host.isEmpty,
+                  base.hasPrefix("https://") || (base.hasPrefix("http://") && Loopback.contains(host: baseURL.host))
+            else {
                 throw Failure.invalid("base= must be an https URL (http only for a loopback host)")
             }
             self.from = from
             self.to = to
             transport = ResendTransport(settings: .init(
-                apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base, caFile: query["ca"],
-                timeoutSeconds: Int(query["timeout"] ?? "") ?? 30))
+                apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
+                caFile: url.queryValue("ca"), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
         default:
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw Failure.unsupportedScheme(String(safe.prefix(20)))
         }
     }
 
-    private static func components(_ relay: String) throws -> URLComponents {
-        guard let url = URLComponents(string: relay) else { throw Failure.invalid("it does not parse as a URL") }
+    private static func parts(_ relay: String) throws -> URLParts {
+        guard let url = URLParts(relay) else { throw Failure.invalid("it does not parse as a URL") }
         return url
-    }
-
-    private static func query(_ url: URLComponents) -> [String: String] {
-        var result: [String: String] = [:]
-        for item in url.queryItems ?? [] { result[item.name] = item.value ?? "" }
-        return result
     }
 
     /// `name <a@b>` or `a@b`.
@@ -137,22 +132,5 @@ public struct RelayURL: Sendable {
             && text.unicodeScalars.allSatisfy { scalar in
                 scalar.value > 0x20 && scalar.value < 0x7F && !"<>()[],;:\\\"".unicodeScalars.contains(scalar)
             }
-    }
-
-    /// `localhost`, an IPv4 literal in 127.0.0.0/8, or `::1` — never a DNS name that merely starts with "127."
-    /// (someone else's name could then receive memos and credentials in clear).
-    static func isLoopback(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        if bare == "localhost" { return true }
-        var v4 = in_addr()
-        if inet_pton(AF_INET, bare, &v4) == 1 {
-            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
-        }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, bare, &v6) == 1 {
-            let loopback = [UInt8](repeating: 0, count: 15) + [1]
-            return withUnsafeBytes(of: &v6) { $0.elementsEqual(loopback) }
-        }
-        return false
     }
 }

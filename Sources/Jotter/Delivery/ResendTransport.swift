@@ -95,36 +95,10 @@ public struct ResendTransport: Transport {
     }
 
     public func probe() -> Bool {
-        guard let url = URLParts(settings.baseURL) else { return true }
-        return TCPProbe.canConnect(host: url.host, port: url.port)
+        guard let url = URLParts(settings.baseURL), let port = url.portOrDefault else { return true }
+        return TCPProbe.canConnect(host: url.host, port: port)
     }
 
     /// The memo's id goes as `Idempotency-Key`: the API keeps one message per key.
     public var repeatsHarmlessly: Bool { true }
-}
-
-/// Host and port of an `http(s)://host:port/…` URL.
-struct URLParts {
-    var host: String
-    var port: Int
-
-    init?(_ url: String) {
-        guard let schemeEnd = url.range(of: "://") else { return nil }
-        let scheme = url[..<schemeEnd.lowerBound]
-        var authority = url[schemeEnd.upperBound...]
-        if let slash = authority.firstIndex(of: "/") { authority = authority[..<slash] }
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
-        var port = scheme == "https" ? 443 : 80
-        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
-            host = String(authority[authority.index(after: authority.startIndex)..<close])
-            let rest = authority[authority.index(after: close)...]
-            if rest.hasPrefix(":"), let value = Int(rest.dropFirst()) { port = value }
-        } else if let colon = authority.lastIndex(of: ":") {
-            host = String(authority[..<colon])
-            port = Int(authority[authority.index(after: colon)...]) ?? port
-        } else {
-            host = String(authority)
-        }
-        self.port = port
-    }
 }

@@ -1,14 +1,3 @@
-/// What a transport reports after a successful delivery.
-public struct DeliveryReceipt: Sendable, Equatable {
-    /// True when the transport found the message already delivered by an earlier, interrupted attempt.
-    public var alreadyDelivered: Bool
-
-    /// Creates a receipt.
-    public init(alreadyDelivered: Bool = false) {
-        self.alreadyDelivered = alreadyDelivered
-    }
-}
-
 /// Delivers one message somewhere: a Maildir, an SMTP server, an HTTP mail API, …
 ///
 /// `send` blocks until the outcome is known and throws a `DeliveryFailure` (by kind, never with the
@@ -16,6 +5,11 @@ public struct DeliveryReceipt: Sendable, Equatable {
 public protocol Transport: Sendable {
     /// Delivers `message`.
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt
+
+    /// Makes the destination ready before the first delivery (creates a local folder), so that a path
+    /// that cannot work is reported once, at start. Never called while parsing a relay URL. `send`
+    /// must work without it.
+    func prepare() throws(DeliveryFailure)
 
     /// A cheap check that the destination answers at all (a TCP connect), used while it is unreachable
     /// instead of walking the backoff ladder. Local destinations are always reachable.
@@ -28,6 +22,7 @@ public protocol Transport: Sendable {
 }
 
 extension Transport {
+    public func prepare() throws(DeliveryFailure) {}
     public func probe() -> Bool { true }
     public var repeatsHarmlessly: Bool { false }
 }

@@ -10,9 +10,9 @@ import Synchronization
 /// handler. A handler may answer later (after an outbox COMMIT): the connection is suspended meanwhile,
 /// so no pool thread waits for a disk.
 ///
-/// `@unchecked Sendable`: `daemon` and `listenDescriptor` change only in `start`/`stop`, which the owner
-/// calls once each from one thread; everything per-request lives in `RequestContext`.
-public final class HTTPServer: @unchecked Sendable {
+/// Everything per-request lives in `RequestContext`; the daemon and the listening socket, set by
+/// `start` and taken by `stop`, are behind a mutex.
+public final class HTTPServer: Sendable {
     /// Limits and addresses.
     public struct Configuration: Sendable {
         /// The interface to listen on (a name or an IPv4/IPv6 literal).
@@ -61,12 +61,27 @@ public final class HTTPServer: @unchecked Sendable {
     let configuration: Configuration
     let handler: Handler
     let logger: Logger
-    private var daemon: OpaquePointer?
-    private var listenDescriptor: Int32 = -1
+    private let listening = Mutex(Listening())
     /// Requests received and not yet completed (for draining at stop).
     let activeRequests = Atomic<Int>(0)
+    private let boundPort = Atomic<Int>(0)
+
     /// The port actually bound (differs from the configuration's when that was 0).
-    public private(set) var port = 0
+    public var port: Int { boundPort.load(ordering: .acquiring) }
+
+    /// The running daemon and the socket it listens on.
+    private struct Listening: Sendable {
+        var daemon: Daemon?
+        var descriptor: Int32 = -1
+    }
+
+    /// A libmicrohttpd daemon handle.
+    ///
+    /// `@unchecked Sendable`: libmicrohttpd's daemon calls (`MHD_quiesce_daemon`, `MHD_stop_daemon`) may
+    /// come from any thread; `stop` takes the handle out of `listening`, so only one caller gets it.
+    private struct Daemon: @unchecked Sendable {
+        let pointer: OpaquePointer
+    }
 
     /// A server that will hand requests to `handler`.
     public init(configuration: Configuration, logger: Logger = Logger(label: "http"), handler: @escaping Handler) {
@@ -76,15 +91,16 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     deinit {
-        if let daemon { MHD_stop_daemon(daemon) }
-        if listenDescriptor >= 0 { close(listenDescriptor) }
+        listening.withLock { state in
+            if let daemon = state.daemon { MHD_stop_daemon(daemon.pointer) }
+            if state.descriptor >= 0 { close(state.descriptor) }
+        }
     }
 
     /// Binds the listening socket and starts serving on libmicrohttpd's threads.
     public func start() throws {
         let fd = try Self.listen(host: configuration.host, port: configuration.port)
-        listenDescriptor = fd
-        port = Self.boundPort(fd)
+        boundPort.store(Self.boundPort(fd), ordering: .releasing)
         var limits = jotter_mhd_config(
             flags: MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
                 | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ITC.rawValue,
@@ -106,28 +122,28 @@ public final class HTTPServer: @unchecked Sendable {
                 return jotter_mhd_start(&limits, jotterAccessHandler, me, jotterRequestCompleted, me)
             }
         }
-        guard let daemon = started else {
+        guard let started else {
             close(fd)
-            listenDescriptor = -1
             throw StartError.daemon
         }
-        self.daemon = daemon
+        let daemon = Daemon(pointer: started)
+        listening.withLock { $0 = Listening(daemon: daemon, descriptor: fd) }
     }
 
     /// Stops accepting, waits up to `drainTimeout` seconds for requests in flight, then stops.
     public func stop(drainTimeout: Double = 5) {
-        guard let daemon else { return }
-        _ = MHD_quiesce_daemon(daemon)
+        let taken = listening.withLock { state in
+            defer { state = Listening() }
+            return state
+        }
+        guard let daemon = taken.daemon else { return }
+        _ = MHD_quiesce_daemon(daemon.pointer)
         let deadline = monotonicNanoseconds() + UInt64(drainTimeout * 1e9)
         while activeRequests.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < deadline {
             usleep(5_000)
         }
-        MHD_stop_daemon(daemon)
-        self.daemon = nil
-        if listenDescriptor >= 0 {
-            close(listenDescriptor)
-            listenDescriptor = -1
-        }
+        MHD_stop_daemon(daemon.pointer)
+        if taken.descriptor >= 0 { close(taken.descriptor) }
     }
 
     // MARK: Socket
@@ -189,29 +205,6 @@ public final class HTTPServer: @unchecked Sendable {
     }
 }
 
-/// A response that never changes (the page in one language): the adapter builds libmicrohttpd's
-/// response once and queues it for every request, instead of copying 16 KB and adding headers each time.
-/// The route hands out the same `ReusableResponse` only with the same status, headers and body.
-public final class ReusableResponse: Sendable {
-    private let built = Mutex<OpaquePointer?>(nil)
-
-    /// An empty slot; filled on first use.
-    public init() {}
-
-    fileprivate func response(building build: () -> OpaquePointer?) -> OpaquePointer? {
-        built.withLock { pointer in
-            if pointer == nil { pointer = build() }
-            return pointer
-        }
-    }
-
-    deinit {
-        built.withLock { pointer in
-            if let pointer { MHD_destroy_response(pointer) }
-        }
-    }
-}
-
 // MARK: libmicrohttpd callbacks: each hands over to Swift at once.
 
 private func jotterAccessHandler(
@@ -243,52 +236,6 @@ private func jotterCollectValue(
     Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
         .collect(kind: kind, key: String(cString: key), value: value.map { String(cString: $0) } ?? "")
     return .YES
-}
-
-/// One request's state, from its first callback to its completion.
-///
-/// `@unchecked Sendable`: libmicrohttpd calls back for one connection on one thread at a time, so the
-/// plain fields are never touched concurrently; `reply` (set from any thread) is behind a mutex.
-final class RequestContext: @unchecked Sendable {
-    let connection: OpaquePointer
-    let started = monotonicNanoseconds()
-    var method = ""
-    var path = ""
-    var headers = HTTPHeaders()
-    var query: [(name: String, value: String)] = []
-    var body: [UInt8] = []
-    var dispatched = false
-    var queued = false
-    /// Body bytes dropped because the body outgrew the cap.
-    var discarded = 0
-    var status = 0
-    var route: String?
-    var messageID: String?
-    /// The handler's answer and whether the connection is suspended waiting for it.
-    let reply = Mutex<(response: HTTPResponse?, suspended: Bool)>((nil, false))
-
-    init(connection: OpaquePointer) {
-        self.connection = connection
-    }
-
-    func collect(kind: MHD_ValueKind, key: String, value: String) {
-        if kind == .HEADER_KIND {
-            headers.add(name: key, value: value)
-        } else if kind == .GET_ARGUMENT_KIND {
-            query.append((name: key, value: value))
-        }
-    }
-
-    /// Called by the handler, on any thread: store the answer and wake the connection if it sleeps.
-    func complete(_ response: HTTPResponse) {
-        reply.withLock { state in
-            state.response = response
-            if state.suspended {
-                state.suspended = false
-                MHD_resume_connection(connection)
-            }
-        }
-    }
 }
 
 extension HTTPServer {
@@ -340,17 +287,9 @@ extension HTTPServer {
             let request = HTTPRequest(method: context.method, path: context.path, query: context.query,
                                       headers: context.headers, body: context.body, remoteAddress: client)
             context.body = []
-            handler(request) { [context] response in context.complete(response) }
+            handler(request) { [reply = context.reply] response in reply.complete(response) }
         }
-        let response: HTTPResponse? = context.reply.withLock { state in
-            if let response = state.response {
-                state.response = nil
-                return response
-            }
-            MHD_suspend_connection(connection)
-            state.suspended = true
-            return nil
-        }
+        let response = context.reply.takeOrSuspend()
         guard let response else { return .YES }
         return queue(response, context)
     }
@@ -427,11 +366,5 @@ extension HTTPServer {
     private static func loggable(method: String) -> String {
         ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"].contains(method)
             ? method : "OTHER"
-    }
-}
-
-extension String {
-    func trimmingASCIISpaces() -> Substring {
-        Substring(self).trimmingCharacters(in: " \t")
     }
 }

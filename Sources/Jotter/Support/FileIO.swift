@@ -1,13 +1,5 @@
 import Glibc
 
-/// A failed system call, by `errno` (the text comes from `strerror` when a person must read it).
-struct SystemError: Error, Equatable {
-    let code: Int32
-
-    /// The current `errno`.
-    static var current: SystemError { SystemError(code: errno) }
-}
-
 /// The few file operations Jotter's durable writes share: read a whole file, write all bytes,
 /// and fsync a directory so a new name in it survives a crash.
 enum FileIO {

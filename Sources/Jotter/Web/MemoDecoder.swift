@@ -1,38 +1,3 @@
-/// Why a request body is not a memo. Messages are fixed text and never quote the body.
-public enum MemoDecodingError: HTTPResponseError, Equatable {
-    case empty
-    case undecodable(String)
-    /// A field given twice: which one counts would be a guess.
-    case repeatedField(String)
-    case unsupportedMediaType
-
-    public var status: Int {
-        switch self {
-        case .empty, .undecodable, .repeatedField: return 400
-        case .unsupportedMediaType: return 415
-        }
-    }
-
-    public var code: String {
-        switch self {
-        case .empty: return "empty"
-        case .undecodable: return "undecodable"
-        case .repeatedField: return "repeated_field"
-        case .unsupportedMediaType: return "unsupported_media_type"
-        }
-    }
-
-    public var message: String {
-        switch self {
-        case .empty: return "The memo is empty."
-        case .undecodable(let why): return why
-        case .repeatedField(let name): return "The field \"\(name)\" is given more than once."
-        case .unsupportedMediaType:
-            return "Send text/plain, application/x-www-form-urlencoded, multipart/form-data or application/json."
-        }
-    }
-}
-
 /// Turns a request body into a memo's subject and body, for every form `POST /send` accepts.
 public enum MemoDecoder {
     /// The decoded memo: `subject` is nil when the client gave none.
@@ -242,46 +207,5 @@ public enum MemoDecoder {
             index += 1
         }
         return nil
-    }
-}
-
-/// A parsed `type/subtype; name=value; …` header value (Content-Type, Content-Disposition).
-struct MediaType {
-    /// The lowercased `type/subtype` (or disposition type).
-    var type: String
-    /// Parameters, names lowercased, quotes removed.
-    var parameters: [String: String] = [:]
-
-    init(_ value: String) {
-        var pieces = MediaType.splitParameters(value)
-        type = pieces.isEmpty ? "" : String(pieces.removeFirst().trimmingCharacters(in: " \t")).lowercased()
-        for piece in pieces {
-            guard let equals = piece.firstIndex(of: "=") else { continue }
-            let name = piece[..<equals].trimmingCharacters(in: " \t").lowercased()
-            var value = piece[piece.index(after: equals)...].trimmingCharacters(in: " \t")
-            if value.count >= 2 && value.hasPrefix("\"") && value.hasSuffix("\"") {
-                value = value.dropFirst().dropLast()
-            }
-            parameters[name] = String(value).replacingOccurrences(of: "\\\"", with: "\"")
-        }
-    }
-
-    /// Splits on `;` outside quotes.
-    private static func splitParameters(_ value: String) -> [Substring] {
-        var pieces: [Substring] = []
-        var start = value.startIndex
-        var inQuotes = false
-        var index = value.startIndex
-        while index < value.endIndex {
-            let character = value[index]
-            if character == "\"" { inQuotes.toggle() }
-            if character == ";" && !inQuotes {
-                pieces.append(value[start..<index])
-                start = value.index(after: index)
-            }
-            index = value.index(after: index)
-        }
-        pieces.append(value[start...])
-        return pieces
     }
 }

@@ -53,7 +53,8 @@ public final class RequestPolicy: Sendable {
         if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
             return refusal
         }
-        if let devices, !Self.isPublic(request), !(trustsLoopback && Self.isLoopbackPeer(request.remoteAddress)) {
+        let trustedPeer = trustsLoopback && Loopback.contains(address: request.remoteAddress)
+        if let devices, !Self.isPublic(request), !trustedPeer {
             return tokenRefusal(request, devices: devices)
         }
         return nil
@@ -121,9 +122,10 @@ public final class RequestPolicy: Sendable {
         return path.hasPrefix("/") && !name.contains("/") && name.contains(".")
     }
 
-    /// A request from this machine itself (scripts using curl keep working without a token).
+    /// A request from this machine itself (scripts using curl keep working without a token):
+    /// `Loopback.contains(address:)`, under the name `PairRoute` calls.
     static func isLoopbackPeer(_ address: String) -> Bool {
-        address == "::1" || address.hasPrefix("127.") || address.hasPrefix("::ffff:127.")
+        Loopback.contains(address: address)
     }
 
     /// State-changing requests and everything that reveals memo metadata.
@@ -174,72 +176,6 @@ public final class RequestPolicy: Sendable {
         }
         let host = Self.normalized(String(name))
         guard !host.isEmpty else { return false }
-        return host == "localhost" || host == "[::1]" || Self.isIPv4Loopback(host)
-            || boundAddresses.contains(host) || configuredHosts.contains(host)
-    }
-
-    private static func isIPv4Loopback(_ host: String) -> Bool {
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in
-            !part.isEmpty && part.utf8.count <= 3 && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-                && (Int(part) ?? 256) <= 255
-        }
-    }
-}
-
-/// A token bucket per client address for posting memos: generous by default, and a memo already
-/// accepted is never affected (the limit is checked before anything is stored).
-public final class RateLimiter: Sendable {
-    /// Burst size and refill rate.
-    public struct Limits: Sendable, Equatable {
-        /// Most posts in a burst.
-        public var burst: Double = 60
-        /// Tokens regained per second.
-        public var perSecond: Double = 1
-
-        /// 60 at once, then one a second.
-        public init(burst: Double = 60, perSecond: Double = 1) {
-            self.burst = burst
-            self.perSecond = perSecond
-        }
-    }
-
-    private struct Bucket {
-        var tokens: Double
-        var updated: Int64
-    }
-
-    private let limits: Limits
-    private let clock: any WallClock
-    private let buckets = Mutex<[String: Bucket]>([:])
-
-    /// A limiter with `limits`, reading time from `clock`.
-    public init(limits: Limits = Limits(), clock: any WallClock = SystemClock()) {
-        self.limits = limits
-        self.clock = clock
-    }
-
-    /// Takes a token for `client`; nil when allowed, else the seconds until one is available.
-    public func retryAfter(client: String) -> Int? {
-        let now = clock.nowMilliseconds()
-        return buckets.withLock { buckets -> Int? in
-            if buckets.count > 10_000 {
-                // Forget clients whose buckets have refilled: they are indistinguishable from new ones.
-                buckets = buckets.filter { _, bucket in
-                    bucket.tokens + Double(now - bucket.updated) / 1000 * limits.perSecond < limits.burst
-                }
-            }
-            var bucket = buckets[client] ?? Bucket(tokens: limits.burst, updated: now)
-            bucket.tokens = min(limits.burst, bucket.tokens + Double(now - bucket.updated) / 1000 * limits.perSecond)
-            bucket.updated = now
-            if bucket.tokens >= 1 {
-                bucket.tokens -= 1
-                buckets[client] = bucket
-                return nil
-            }
-            buckets[client] = bucket
-            return max(1, Int(((1 - bucket.tokens) / limits.perSecond).rounded(.up)))
-        }
+        return Loopback.contains(host: host) || boundAddresses.contains(host) || configuredHosts.contains(host)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 @testable import Jotter
 
 /// A helper program a test starts (Debian's `/usr/bin/python3` running a script from `Tests/Fixtures`),
@@ -6,9 +7,7 @@ import Foundation
 ///
 /// The child exits when its standard input closes, so it never outlives the test process even if the
 /// test crashes; `stop()` also sends SIGTERM and waits, so the port is free when it returns.
-///
-/// `@unchecked Sendable`: the process and pipes are touched by the owning test only (start, stop).
-final class FixtureProcess: @unchecked Sendable {
+final class FixtureProcess: Sendable {
     struct Failure: Error, CustomStringConvertible {
         let description: String
     }
@@ -17,7 +16,7 @@ final class FixtureProcess: @unchecked Sendable {
     private let process: Process
     private let input: Pipe
     private let errorPath: String
-    private var stopped = false
+    private let stopped = Atomic<Bool>(false)
 
     /// Starts `script` (a file in `Tests/Fixtures`) with `arguments`; standard error goes to `errorPath`.
     init(script: String, arguments: [String], errorPath: String) throws {
@@ -59,8 +58,7 @@ final class FixtureProcess: @unchecked Sendable {
 
     /// Stops the helper and waits until it is gone (its port is closed). Safe to call twice.
     func stop() {
-        guard !stopped else { return }
-        stopped = true
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         try? input.fileHandleForWriting.close()
         if process.isRunning { process.terminate() }
         process.waitUntilExit()
@@ -104,7 +102,7 @@ struct TestCertificates: Sendable {
 
 /// A real SMTP server (`Tests/Fixtures/smtp_server.py`, Debian's `python3-aiosmtpd`) on 127.0.0.1,
 /// in one of three modes, writing each message it accepts to a directory the test reads back.
-final class SMTPServer: @unchecked Sendable {
+final class SMTPServer: Sendable {
     enum Mode: String, Sendable, CaseIterable, CustomStringConvertible {
         /// No TLS at all (STARTTLS is not offered).
         case plain

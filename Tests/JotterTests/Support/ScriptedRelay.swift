@@ -4,7 +4,7 @@ import Foundation
 /// `POST /emails` by a script (500, 429 + Retry-After, a hang, a reset, an accepted-then-dropped
 /// request, 409s, 401, 422 …), implements Resend's idempotency, and records every request and every
 /// email it actually sent.
-final class ScriptedRelay: @unchecked Sendable {
+final class ScriptedRelay: Sendable {
     /// One scripted answer.
     enum Step: Sendable {
         /// Send the email, `200 {"id": …}`.

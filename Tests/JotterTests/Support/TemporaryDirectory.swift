@@ -1,7 +1,7 @@
 import Foundation
 
 /// A fresh directory under /tmp, removed when released.
-final class TemporaryDirectory: @unchecked Sendable {
+final class TemporaryDirectory: Sendable {
     let path: String
 
     init() {

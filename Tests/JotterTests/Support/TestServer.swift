@@ -4,7 +4,7 @@ import Synchronization
 
 /// A whole Jotter (outbox, worker, HTTP on 127.0.0.1:0) started in-process by a test, with its logs
 /// captured in memory. Stop it with `stop()`; the data directory outlives it so a test can restart.
-final class TestServer: @unchecked Sendable {
+final class TestServer: Sendable {
     let application: Application
     let dataDirectory: String
     let logs: LogSink

@@ -1,16 +1,9 @@
 import CCurl
-import Synchronization
 
 /// libcurl's one-time global initialisation, done before the first handle.
 private let curlGlobalInit: Void = {
     curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 }()
-
-/// A libcurl failure by code; `CurlError` never carries libcurl's error text (it can quote a server).
-public struct CurlError: Error, Sendable, Equatable {
-    /// The `CURLcode`.
-    public let code: Int32
-}
 
 /// One libcurl easy handle, reused across transfers so its connection is reused.
 ///
@@ -185,37 +178,4 @@ private func jotterCurlHeader(_ data: UnsafeMutablePointer<CChar>?, _ size: Int,
     Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue()
         .header(UnsafeRawBufferPointer(start: data, count: size * count))
     return size * count
-}
-
-/// Easy handles for the delivery slots: a slot borrows one, uses it, gives it back, so each handle's
-/// connection is reused by later deliveries and no handle is ever used by two threads at once.
-///
-/// `@unchecked Sendable`: `free` is only touched while holding `lock`.
-public final class EasyHandlePool: @unchecked Sendable {
-    private let lock = Mutex(())
-    private var free: [EasyHandle] = []
-
-    /// An empty pool; handles are created on demand.
-    public init() {}
-
-    /// Lends a handle (reset for a new transfer) to `body`.
-    public func withHandle<T>(_ body: (EasyHandle) throws(DeliveryFailure) -> T) throws(DeliveryFailure) -> T {
-        let reused: EasyHandle? = lock.withLock { _ in free.popLast() }
-        let handle: EasyHandle
-        if let reused {
-            handle = reused
-        } else {
-            do {
-                handle = try EasyHandle()
-            } catch {
-                throw DeliveryFailure(.io, permanent: false)
-            }
-        }
-        handle.reset()
-        defer {
-            handle.reset()
-            lock.withLock { _ in free.append(handle) }
-        }
-        return try body(handle)
-    }
 }

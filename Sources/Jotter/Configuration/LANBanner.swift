@@ -1,0 +1,39 @@
+/// The LAN-mode banner: addresses, the local CA's fingerprint, the pairing link and its QR code.
+public enum LANBanner {
+    /// The first lines `serve` prints: a URL that works from where it is used. With `--lan` on every
+    /// interface, that is the LAN address a phone would open, then this machine's loopback URL.
+    public static func listeningLines(host: String, port: Int, lan: LANInfo?) -> [String] {
+        let scheme = lan?.scheme ?? "http"
+        let wildcard = host == "0.0.0.0" || host == "::" || host == "[::]"
+        guard let lan, wildcard else {
+            return ["Listening on \(scheme)://\(LANInfo.hostPart(host)):\(port)"]
+        }
+        let local = "\(scheme)://127.0.0.1:\(port)"
+        guard let address = lan.addresses.first else { return ["Listening on \(local)"] }
+        return ["Listening on \(scheme)://\(LANInfo.hostPart(address)):\(port)", "On this computer: \(local)"]
+    }
+
+    /// The text main prints after the `Listening on` line.
+    public static func text(_ lan: LANInfo) -> String {
+        var lines: [String] = []
+        if let fingerprint = lan.fingerprint {
+            lines.append("Local CA SHA-256 fingerprint: \(fingerprint)")
+            lines.append("(to trust it once on a phone, use \"Pair a phone\" on this computer's Jotter page, "
+                + "or compare this fingerprint with the CA the phone installs)")
+        } else {
+            lines.append("WARNING: plain HTTP on the LAN (--insecure-http): anyone on this network can read memos.")
+        }
+        guard let url = lan.pairingURLs.first else {
+            lines.append("No LAN address found: is this machine on a network?")
+            return lines.joined(separator: "\n")
+        }
+        lines.append("Pair a phone within 10 minutes (the link works once; 'jotter pair' prints another): open")
+        lines.append("  \(url)")
+        for other in lan.pairingURLs.dropFirst() { lines.append("  or \(other)") }
+        if let code = QRCode.terminalLines(url) {
+            lines.append("or scan:")
+            lines.append(contentsOf: code)
+        }
+        return lines.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,20 @@
+/// `jotter pair`: a fresh one-time pairing link (and its QR code) that the running LAN-mode server accepts.
+public enum PairCommand {
+    /// Issues a link; returns the text to print. Fails when no LAN-mode server uses `dataDirectory`.
+    public static func run(dataDirectory: String, credentialsDirectory: String? = nil) throws -> String {
+        guard DataDirectory.isInUse(path: dataDirectory),
+              LANRuntimeFile.read(dataDirectory: dataDirectory, token: "") != nil else {
+            throw CommandLineOptions.UsageError(
+                description: "no Jotter server in LAN mode is running on \(dataDirectory): "
+                    + "start one with 'jotter serve --lan' (same --data-dir)")
+        }
+        let token = try DevicesCommand.withRegistry(dataDirectory: dataDirectory,
+                                                    credentialsDirectory: credentialsDirectory) { registry in
+            try registry.issuePairingToken()
+        }
+        guard let lan = LANRuntimeFile.read(dataDirectory: dataDirectory, token: token.token) else {
+            throw CommandLineOptions.UsageError(description: "the server in \(dataDirectory) stopped")
+        }
+        return LANBanner.text(lan)
+    }
+}

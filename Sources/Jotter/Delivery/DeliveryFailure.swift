@@ -1,0 +1,37 @@
+/// Why a delivery attempt failed, by kind; transports never pass on a server's own text.
+public struct DeliveryFailure: Error, Sendable, Equatable {
+    /// The failure kinds `/history` and the logs show.
+    public enum Kind: String, Sendable {
+        case timeout
+        case unreachable
+        case network
+        case tls
+        case auth
+        case rejected
+        case rateLimited = "rate_limited"
+        case serverError = "server_error"
+        case conflict
+        case io
+        case configuration
+        case corrupt
+    }
+
+    /// The failure's kind.
+    public var kind: Kind
+    /// True when retrying cannot help until something changes (credentials, the message, the configuration).
+    public var isPermanent: Bool
+    /// The relay asked to wait this long (from `Retry-After`).
+    public var retryAfterMilliseconds: Int64?
+
+    /// A failure of `kind`.
+    public init(_ kind: Kind, permanent: Bool, retryAfterMilliseconds: Int64? = nil) {
+        self.kind = kind
+        self.isPermanent = permanent
+        self.retryAfterMilliseconds = retryAfterMilliseconds
+    }
+
+    /// True for failures where the relay could not be reached at all (the worker then probes instead of backing off).
+    public var isOffline: Bool {
+        kind == .unreachable
+    }
+}

@@ -1,0 +1,201 @@
+/// MIME encoders: RFC 2047 encoded-words, quoted-printable and base64 (RFC 2045).
+enum MIME {
+    /// `Subject: …`, plain when it is short printable ASCII, else folded UTF-8 encoded-words.
+    static func subjectHeader(_ subject: String) -> String {
+        let name = "Subject: "
+        let isPlain = subject.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
+            && name.count + subject.utf8.count <= 78 && !subject.contains("=?")
+        if isPlain { return name + subject }
+        if subject.isEmpty { return "Subject:" }
+        return name + encodedWords(subject, firstLineUsed: name.count).joined(separator: "\r\n ")
+    }
+
+    /// `text` as UTF-8 encoded-words (RFC 2047), each at most 75 characters and the first fitting
+    /// after `firstLineUsed` characters, to be joined by folding whitespace.
+    ///
+    /// Every word holds whole characters (section 5 rule 3), and every B word but the last holds a
+    /// multiple of 3 bytes, so no word but the last ends in `=` padding: GMime (notmuch, Evolution)
+    /// stops decoding at a padded word that is not the last. Where no such split exists (a run of
+    /// 3-byte characters after one ASCII one, say) the word is Q-encoded, which has no padding; and a
+    /// text that is mostly ASCII is Q-encoded throughout, being shorter so.
+    static func encodedWords(_ text: String, firstLineUsed: Int) -> [String] {
+        let characters = text.unicodeScalars.map { Array(String($0).utf8) }
+        let preferQ = qLength(Array(text.utf8)) <= (text.utf8.count + 2) / 3 * 4
+        var words: [String] = []
+        var start = 0
+        var lineUsed = firstLineUsed
+        while start < characters.count {
+            // Room for the encoded text: a line of at most 76, folded lines start with one space.
+            let room = max(8, min(75, 76 - lineUsed) - "=?UTF-8?B??=".count)
+            var bytes: [UInt8] = [], ends: [(count: Int, bytes: Int)] = []
+            var index = start
+            while index < characters.count, bytes.count + characters[index].count <= room {
+                bytes += characters[index]
+                index += 1
+                ends.append((index, bytes.count))
+            }
+            let last = index == characters.count
+            var word: String?
+            if !preferQ {
+                if last, let all = ends.last, (all.bytes + 2) / 3 * 4 <= room {
+                    // The last word may end in padding.
+                    word = "=?UTF-8?B?" + base64(bytes) + "?="
+                    index = all.count
+                } else if let whole = ends.last(where: { $0.bytes % 3 == 0 && $0.bytes / 3 * 4 <= room }) {
+                    word = "=?UTF-8?B?" + base64(Array(bytes.prefix(whole.bytes))) + "?="
+                    index = whole.count
+                }
+            }
+            if word == nil {
+                // Q: the longest run of whole characters whose encoding fits.
+                var taken = 0, encoded = ""
+                for end in ends {
+                    let candidate = qEncode(Array(bytes.prefix(end.bytes)))
+                    guard candidate.count <= room || taken == 0 else { break }
+                    taken = end.count
+                    encoded = candidate
+                }
+                word = "=?UTF-8?Q?" + encoded + "?="
+                index = taken
+            }
+            if let word { words.append(word) }
+            start = index
+            lineUsed = 1
+        }
+        return words
+    }
+
+    /// Q encoding (RFC 2047 4.2) restricted to what is safe in any header context, phrases included:
+    /// letters, digits and `!*+-/` as they are, space as `_`, every other byte as `=XX`.
+    static func qEncode(_ bytes: [UInt8]) -> String {
+        var out = ""
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "!"), UInt8(ascii: "*"), UInt8(ascii: "+"),
+                 UInt8(ascii: "-"), UInt8(ascii: "/"):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            case 0x20:
+                out += "_"
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                out += "=" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+            }
+        }
+        return out
+    }
+
+    private static func qLength(_ bytes: [UInt8]) -> Int {
+        qEncode(bytes).count
+    }
+
+    static func encodeBody(_ body: String) -> (encoding: String, bytes: [UInt8]) {
+        let lines = normalizedLines(body)
+        let utf8 = lines.joined(separator: "\n").utf8
+        let nonASCII = utf8.reduce(0) { $0 + ($1 >= 0x80 ? 1 : 0) }
+        let sevenBit = nonASCII == 0
+            && lines.allSatisfy { line in
+                line.utf8.count <= 998 && !line.hasPrefix("From ")
+                    && line.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 < 0x7F) }
+            }
+        if sevenBit {
+            return ("7bit", Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
+        }
+        if nonASCII * 3 > utf8.count {
+            let encoded = base64(Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
+            var out: [UInt8] = []
+            out.reserveCapacity(encoded.utf8.count + encoded.utf8.count / 76 * 2 + 2)
+            var column = 0
+            for byte in encoded.utf8 {
+                out.append(byte)
+                column += 1
+                if column == 76 {
+                    out += [13, 10]
+                    column = 0
+                }
+            }
+            if column > 0 { out += [13, 10] }
+            return ("base64", out)
+        }
+        var out: [UInt8] = []
+        for line in lines {
+            out += quotedPrintable(Array(line.utf8))
+            out += [13, 10]
+        }
+        return ("quoted-printable", out)
+    }
+
+    /// The body's lines, whatever its line breaks (CRLF, LF, CR).
+    static func normalizedLines(_ body: String) -> [String] {
+        var lines: [String] = []
+        var current = ""
+        var previousWasCR = false
+        for scalar in body.unicodeScalars {
+            if scalar == "\r" {
+                lines.append(current)
+                current = ""
+                previousWasCR = true
+                continue
+            }
+            if scalar == "\n" {
+                if !previousWasCR {
+                    lines.append(current)
+                    current = ""
+                }
+                previousWasCR = false
+                continue
+            }
+            previousWasCR = false
+            current.unicodeScalars.append(scalar)
+        }
+        lines.append(current)
+        return lines
+    }
+
+    /// One line, quoted-printable, soft-broken at 76 columns. An `F` or `.` that starts a wire line (the
+    /// line's first byte, or the first after a soft break) is encoded, so `From ` lines survive mbox
+    /// readers and `.` lines survive careless SMTP relays.
+    static func quotedPrintable(_ line: [UInt8]) -> [UInt8] {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        var column = 0
+        for (index, byte) in line.enumerated() {
+            let isLast = index == line.count - 1
+            let mustEncode = byte == 0x3D || byte >= 0x7F || (byte < 0x20 && byte != 0x09)
+                || (isLast && (byte == 0x20 || byte == 0x09))
+            var piece: [UInt8] = mustEncode ? [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]] : [byte]
+            if column + piece.count > 75 {
+                out += [0x3D, 13, 10]
+                column = 0
+            }
+            if column == 0 && (byte == 0x2E || byte == 0x46) {
+                piece = [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            }
+            out += piece
+            column += piece.count
+        }
+        return out
+    }
+
+    static func base64(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8 | Int(bytes[index + 2])
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63],
+                    alphabet[value & 63]]
+            index += 3
+        }
+        let remaining = bytes.count - index
+        if remaining == 1 {
+            let value = Int(bytes[index]) << 16
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], 0x3D, 0x3D]
+        } else if remaining == 2 {
+            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8
+            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63], 0x3D]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
