@@ -133,6 +133,7 @@ public final class Application: Sendable {
             worker.stop()
             outbox.close()
             dataDirectory.unlock()
+            if let failure = error as? DeliveryFailure { throw StartFailure.relayNotReady(kind: failure.kind.rawValue) }
             throw error
         }
     }
@@ -140,11 +141,15 @@ public final class Application: Sendable {
     /// Why Jotter refused to start (beyond the errors of its parts).
     public enum StartFailure: Error, CustomStringConvertible {
         case interruptedRekey(path: String)
+        /// The relay's destination cannot be used (a Maildir folder that cannot be created, say).
+        case relayNotReady(kind: String)
 
         public var description: String {
             switch self {
             case .interruptedRekey(let path):
                 return "\(path) exists: a 'jotter rekey' was interrupted; run 'jotter rekey' again to finish it"
+            case .relayNotReady(let kind):
+                return "the relay's destination cannot be used (\(kind)): check the path or URL given with --relay"
             }
         }
     }

@@ -91,4 +91,16 @@ import Testing
         let error = try #require(throws: KeyStore.Failure.self) { _ = try TestServer(dataDirectory: data) }
         #expect(error == .wrongLength(path: data + "/key", length: 1000))
     }
+
+    @Test func aMaildirThatCannotBeCreatedStopsTheStart() throws {
+        let directory = TemporaryDirectory()
+        #expect(FileManager.default.createFile(atPath: directory.file("a-file"), contents: Data("x".utf8)))
+        let error = try #require(throws: Application.StartFailure.self) {
+            _ = try TestServer(dataDirectory: directory.file("data"), relay: "maildir:" + directory.file("a-file/Maildir"))
+        }
+        #expect("\(error)".contains("--relay"))
+        // The failed start left the data directory unlocked: a good relay starts.
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        server.stop()
+    }
 }

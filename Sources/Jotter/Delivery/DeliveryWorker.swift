@@ -90,6 +90,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// keep the relay refused, tested again on the slow schedule or a Retry — not at every start, so
     /// a service restarting in a loop does not become a stream of failed logins.
     public func start() throws {
+        try transport.prepare()  // the Maildir's folders, say: a path that cannot be used stops the start
         let recovered = try outbox.recoverInterrupted()
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])

@@ -60,7 +60,12 @@ public final class DataDirectory: Sendable {
     /// Releases the lock (after everything using the directory has stopped), so another process may start.
     public func unlock() {
         lockDescriptor.withLock { fd in
-            if fd >= 0 { close(fd) }
+            guard fd >= 0 else { return }
+            // Unlock before closing: a child process forked meanwhile (by Process, say) shares the
+            // lock's open file description until it execs, and closing our descriptor alone would
+            // leave the directory locked until then.
+            flock(fd, LOCK_UN)
+            close(fd)
             fd = -1
         }
     }
