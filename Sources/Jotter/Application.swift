@@ -58,6 +58,7 @@ public final class Application: Sendable {
                                     protecting: dataDirectory.databasePath)
         let relay = try RelayURL(configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
         let transport = transport ?? relay.transport
+        destination = relay.destination
         var delivery = configuration.delivery
         if let from = relay.from { delivery.from = from }
         if let to = relay.to { delivery.to = to }
@@ -100,7 +101,8 @@ public final class Application: Sendable {
         let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      pair: pairRoute, publicDirectory: configuration.publicDirectory,
-                                     lan: configuration.lan)
+                                     lan: configuration.lan, destination: relay.destination,
+                                     warnAfterMilliseconds: delivery.warnAfterMilliseconds, clock: clock)
         let handler: Handler = { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
@@ -154,6 +156,9 @@ public final class Application: Sendable {
         }
     }
 
+    /// Where memos go, for a person (no secrets): printed after the `Listening on` line.
+    public let destination: String
+
     /// The port the server listens on.
     public var port: Int { server.port }
 
@@ -169,12 +174,15 @@ public final class Application: Sendable {
     }
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
-                       pair: PairRoute?, publicDirectory: String, lan: Bool = false) throws -> Router {
+                       pair: PairRoute?, publicDirectory: String, lan: Bool = false,
+                       destination: String = "", warnAfterMilliseconds: Int64 = 3_600_000,
+                       clock: any WallClock = SystemClock()) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
         let ratingRoute = RatingRoute(store: rating)
-        let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState })
+        let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
+                                   warnAfterMilliseconds: warnAfterMilliseconds, clock: clock)
         var router = Router()
         router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
         router.add("POST", "/") { request, _, respond in send.handle(request, respond: respond) }
@@ -192,7 +200,9 @@ public final class Application: Sendable {
         router.add("GET", "/rating") { _, _, respond in respond(ratingRoute.state()) }
         router.add("POST", "/rating") { request, _, respond in respond(ratingRoute.record(request)) }
         router.add("GET", "/about") { _, _, respond in respond(AboutPage.response) }
-        router.add("GET", "/healthz") { _, _, respond in respond(history.health()) }
+        router.add("GET", "/healthz") { request, _, respond in
+            respond(history.health(destination: Loopback.contains(address: request.remoteAddress) ? destination : nil))
+        }
         let notLAN = HTTPResponse.error(404, code: "not_lan_mode",
                                         message: "Pairing exists only in LAN mode (jotter serve --lan).")
         router.add("POST", "/pair") { request, _, respond in respond(pair?.handle(request) ?? notLAN) }

@@ -56,6 +56,7 @@ case .serve(let configuration):
                                          lan: application.lanInfo) {
         print(line)
     }
+    print("Delivering to \(application.destination)")
     if let lan = application.lanInfo {
         print(LANBanner.text(lan))
     }

@@ -192,6 +192,8 @@ import Testing
         defer { outbox.close() }
         let blocker = try Database(path: path)
         defer { blocker.close() }
+        // The worker's own writes may hold the lock for a moment when the transport takes it: wait.
+        try blocker.execute("PRAGMA busy_timeout = 30000")
         let transport = LockingTransport(blocker: blocker)
         var configuration = DeliveryWorker.Configuration()
         configuration.leaseMilliseconds = 2_000
@@ -203,6 +205,7 @@ import Testing
         #expect(TestServer.waitUntil(timeout: 30) { transport.sends == 1 })
         // The worker's write waits out the busy timeout (5 s) and fails; the lease (2 s) runs out too.
         #expect(TestServer.waitUntil(timeout: 30) { transport.refusedLongEnough })
+        #expect(transport.locked, "the test's connection holds the write lock")
         #expect(try outbox.history.record(id: id)?.status == .sending, "not recorded while refused")
         transport.unblock()
         #expect(TestServer.waitUntil(timeout: 30) { (try? outbox.history.record(id: id))??.status == .sent })
@@ -223,6 +226,8 @@ private final class LockingTransport: Transport, @unchecked Sendable {
     }
 
     var sends: Int { lock.withLock { count } }
+    private var held = false
+    var locked: Bool { lock.withLock { held } }
 
     /// The lock has been held longer than the worker's busy timeout (5 s) plus a lease (2 s).
     var refusedLongEnough: Bool { lock.withLock { lockedAt.map { Date().timeIntervalSince($0) > 8 } ?? false } }
@@ -231,7 +236,7 @@ private final class LockingTransport: Transport, @unchecked Sendable {
         lock.withLock {
             count += 1
             if lockedAt == nil {
-                try? blocker.execute("BEGIN IMMEDIATE")
+                held = (try? blocker.execute("BEGIN IMMEDIATE")) != nil
                 lockedAt = Date()
             }
         }

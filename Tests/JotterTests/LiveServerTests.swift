@@ -1066,6 +1066,9 @@ extension LiveServerTests {
             let match = try #require(line.wholeMatch(of: #/Listening on http://127\.0\.0\.1:([0-9]+)/#), "\(line)")
             let port = try #require(Int(match.1))
             #expect(port > 0 && port != 7373)
+            // The next line says where memos go (issue 13), secrets never in it.
+            #expect(Self.readLine(output.fileHandleForReading.fileDescriptor, timeout: 20)
+                    == "Delivering to maildir:\(data)/Maildir")
 
             let health = try RawHTTP.request(port: port, method: "GET", path: "/healthz")
             #expect(health.status == 200)

@@ -59,4 +59,49 @@ import Testing
         #expect(server.waitUntil(timeout: 30) { (try? server.outbox.history.counts())?[.sent] == 3 })
         #expect(Self.json(try server.route("GET", "/healthz"))["status"] as? String == "ok")
     }
+
+    /// A memo not delivered after --warn-after: /healthz is degraded with the count and the oldest
+    /// age, and the log says so once per memo (not once per minute).
+    @Test func aMemoStuckPastTheWarningShowsInHealthAndIsLoggedOnce() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock(milliseconds: SystemClock().nowMilliseconds())
+        let transport = ControlledTransport(.fail(DeliveryFailure(.serverError, permanent: false)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport, clock: clock) {
+            $0.delivery.warnAfterMilliseconds = 600_000
+        }
+        defer { server.stop() }
+        #expect(try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                 body: Array("stuck".utf8)).status == 204)
+        #expect(transport.waitUntilReceived(count: 1, timeout: 30))
+        let before = Self.json(try server.route("GET", "/healthz"))
+        #expect(before["status"] as? String == "ok")
+        #expect((before["stuck"] as? [String: Any])?["count"] as? Int == 0)
+        clock.advance(milliseconds: 601_000)
+        let after = Self.json(try server.route("GET", "/healthz"))
+        #expect(after["status"] as? String == "degraded")
+        let stuck = after["stuck"] as? [String: Any]
+        #expect(stuck?["count"] as? Int == 1)
+        #expect((stuck?["oldest_seconds"] as? Int).map { $0 >= 601 } == true)
+        #expect(stuck?["warn_after_seconds"] as? Int == 600)
+        let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
+        let warning = "memo not delivered in time"
+        for _ in 0..<3 { server.application.worker.wake() }
+        #expect(server.waitUntil(timeout: 30) { server.logs.captured.contains(warning) })
+        server.application.worker.wake()
+        #expect(server.waitUntil(timeout: 30) { transport.messages.count >= 1 })
+        let lines = server.logs.captured.split(separator: "\n").filter { $0.contains(warning) }
+        #expect(lines.count == 1, "once per memo: \(lines.count)")
+        #expect(lines.first?.contains(id) == true)
+        #expect(!server.logs.captured.contains("stuck\n"), "never the memo's text")
+    }
+
+    @Test func onlyThisMachineIsToldWhereMemosGo() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let local = Self.json(try server.route("GET", "/healthz"))
+        #expect(local["destination"] as? String == "maildir:\(server.maildir)")
+        let other = Self.json(try server.route("GET", "/healthz", from: "192.168.1.50"))
+        #expect(other["destination"] == nil)
+    }
 }

@@ -65,13 +65,16 @@ public enum CommandLineOptions {
                                  smtp://USER:PASS@HOST:587   (STARTTLS required)
                                  smtps://USER:PASS@HOST:465  (implicit TLS)
                                  resend://API_KEY?to=ME@EXAMPLE.COM
-                                 sendmail:  or  sendmail:/path/to/sendmail
+                                 sendmail:  or  sendmail:/path/to/sendmail  (?to=ADDR; without it,
+                                   the user running Jotter: USER@localhost, which a local MTA delivers)
                                  markdown:/path/to/vault/folder   (daily notes)
                                options: ?from=ADDR&to=ADDR, ?ca=CA-BUNDLE, ?timeout=SECONDS
           --relay-file PATH    read the relay URL from this file, so secrets stay out of
                                ps and shell history (JOTTER_RELAY_FILE)
           --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
+          --warn-after SECONDS a memo not delivered after this long is a warning: once in the log,
+                               in /healthz (degraded) and on the page (JOTTER_WARN_AFTER; default 3600)
           --lan                listen on every interface so a phone on your network can send:
                                HTTPS with a certificate from a local CA kept in the data
                                directory (a phone trusts the CA once), and a one-time pairing
@@ -117,6 +120,7 @@ public enum CommandLineOptions {
         let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
                      "--relay": "JOTTER_RELAY", "--relay-file": "JOTTER_RELAY_FILE", "--slots": "JOTTER_SLOTS",
                      "--retry-cap": "JOTTER_RETRY_CAP", "--allowed-host": "JOTTER_ALLOWED_HOSTS",
+                     "--warn-after": "JOTTER_WARN_AFTER",
                      "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY",
                      "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
@@ -197,6 +201,12 @@ public enum CommandLineOptions {
                 throw UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
             }
             configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
+        }
+        if let warn = values["--warn-after"] {
+            guard let seconds = Int64(warn), (1...30 * 86_400).contains(seconds) else {
+                throw UsageError(description: "--warn-after must be a number of seconds from 1 to 2592000")
+            }
+            configuration.delivery.warnAfterMilliseconds = seconds * 1000
         }
         if let host = values["--host"] {
             guard !host.isEmpty else { throw UsageError(description: "--host needs a value") }

@@ -33,6 +33,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         /// While the relay refuses (a wrong password, a certificate that does not verify), how often
         /// to try it again with one held memo.
         public var refusedRetestMilliseconds: Int64 = 15 * 60_000
+        /// A memo not delivered this long after it was accepted is stuck: logged once, and shown.
+        public var warnAfterMilliseconds: Int64 = 3_600_000
 
         /// The defaults.
         public init() {}
@@ -168,11 +170,30 @@ public final class DeliveryWorker: @unchecked Sendable {
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
             }
         }
+        warnAboutStuckMemos(now: now)
         if now - lastPurge > 60_000 {
             lastPurge = now
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
         }
         scheduleTimer(now: now)
+    }
+
+    /// Memos already warned about (once per memo and process).
+    private var warned = Set<String>()
+
+    /// Logs, once per memo, each memo that has waited longer than `warnAfterMilliseconds` — in the log,
+    /// not by mail: the channel that would carry a warning is the one failing.
+    private func warnAboutStuckMemos(now: Int64) {
+        dispatchPrecondition(condition: .onQueue(control))
+        guard let stuck = try? outbox.history.stuck(acceptedBefore: now - configuration.warnAfterMilliseconds,
+                                                    limit: 100) else { return }
+        for memo in stuck where warned.insert(memo.id).inserted {
+            logger.warning("memo not delivered in time", metadata: [
+                "message.id": memo.id, "status": memo.status.rawValue,
+                "waiting_s": "\((now - memo.createdAt) / 1000)", "last_error": memo.lastError ?? "-",
+            ])
+        }
+        if warned.count > 10_000 { warned.removeAll() }
     }
 
     /// Hands a claimed memo to a delivery slot.

@@ -40,6 +40,9 @@ public struct RelayURL: Sendable {
     public let to: MailAddress?
     /// The scheme alone, safe to log.
     public let scheme: String
+    /// Where memos go, for a person, without secrets: `maildir:/home/ana/…/Maildir`,
+    /// `smtps://smtp.example.com:465 as ana@example.com → ana@example.com`, `resend:// → ana@…`.
+    public let destination: String
 
     /// Parses `relay` and builds its transport.
     public init(_ relay: String) throws {
@@ -56,11 +59,20 @@ public struct RelayURL: Sendable {
             transport = scheme == "maildir" ? MaildirTransport(path: path) : MarkdownTransport(folder: path)
             from = nil
             to = nil
+            destination = scheme + ":" + path
         case "sendmail":
-            let path = rest.isEmpty || rest == "//" ? "/usr/sbin/sendmail" : rest
+            // sendmail:[PATH][?to=ADDR&from=ADDR]; without to=, the local user running Jotter, whom
+            // every local MTA delivers to (a made-up address would bounce to root while Jotter says sent).
+            let pieces = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+            let given = pieces[0] == "//" ? "" : String(pieces[0])
+            let path = given.isEmpty ? "/usr/sbin/sendmail" : (URLParts.percentDecoded(given[...]) ?? given)
+            let query = pieces.count > 1 ? URLParts("sendmail://local/?" + pieces[1]) : URLParts("sendmail://local/")
+            guard let query else { throw Failure.invalid("the sendmail: options do not parse") }
             transport = SendmailTransport(path: path)
-            from = nil
-            to = nil
+            let to = try query.queryValue("to").map(Self.address) ?? MailAddress(address: Self.localUser() + "@localhost")
+            from = try query.queryValue("from").map(Self.address)
+            self.to = to
+            destination = "sendmail:\(path) → \(to.address)"
         case "smtp", "smtps":
             let url = try Self.parts(relay)
             guard !url.host.isEmpty else { throw Failure.missingHost }
@@ -76,6 +88,9 @@ public struct RelayURL: Sendable {
             }
             self.from = from
             self.to = to
+            let port = url.portOrDefault ?? 587
+            destination = "\(scheme)://\(url.host.contains(":") ? "[\(url.host)]" : url.host):\(port)"
+                + (url.user.map { " as \($0)" } ?? "") + " → \(to.address)"
             transport = SMTPTransport(settings: .init(
                 host: url.host, port: url.portOrDefault ?? 587, implicitTLS: scheme == "smtps",
                 requireTLS: !tlsNone, username: url.user, password: url.password, caFile: url.queryValue("ca"),
@@ -98,6 +113,7 @@ public struct RelayURL: Sendable {
             }
             self.from = from
             self.to = to
+            destination = "resend:// (\(baseURL.host)) → \(to.address)"
             transport = ResendTransport(settings: .init(
                 apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
                 caFile: url.queryValue("ca"), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
@@ -110,6 +126,15 @@ public struct RelayURL: Sendable {
     private static func parts(_ relay: String) throws -> URLParts {
         guard let url = URLParts(relay) else { throw Failure.invalid("it does not parse as a URL") }
         return url
+    }
+
+    /// The name of the user running Jotter (`$USER` when the password database has no entry).
+    static func localUser() -> String {
+        if let entry = getpwuid(geteuid()), let name = entry.pointee.pw_name {
+            let user = String(cString: name)
+            if !user.isEmpty { return user }
+        }
+        return ProcessInfo.processInfo.environment["USER"] ?? "root"
     }
 
     /// `name <a@b>` or `a@b`.

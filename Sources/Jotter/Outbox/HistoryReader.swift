@@ -50,6 +50,29 @@ public struct HistoryReader: Sendable {
         }
     }
 
+    /// The statuses of a memo that is not delivered (and not given up on by a person).
+    private static let waitingStatuses = "('queued', 'sending', 'retrying', 'failed', 'held')"
+
+    /// Memos accepted before `cutoff` (epoch ms) and still not delivered, oldest first, at most `limit`.
+    public func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {
+        try database.read { database in
+            try database.statement("""
+                SELECT \(Self.columns) FROM messages
+                WHERE status IN \(Self.waitingStatuses) AND created_at < ? ORDER BY seq LIMIT ?
+                """).rows([.integer(cutoff), .integer(Int64(limit))], record)
+        }
+    }
+
+    /// How many memos accepted before `cutoff` are still not delivered, and when the oldest came.
+    public func stuckSummary(acceptedBefore cutoff: Int64) throws -> (count: Int, oldest: Int64?) {
+        try database.read { database in
+            try database.statement("""
+                SELECT COUNT(*), MIN(created_at) FROM messages
+                WHERE status IN \(Self.waitingStatuses) AND created_at < ?
+                """).firstRow([.integer(cutoff)]) { (Int($0.int64(0)), $0.optionalInt64(1)) } ?? (0, nil)
+        }
+    }
+
     /// How many memos were ever accepted (rows are never deleted, so the highest sequence number).
     public func acceptedCount() throws -> Int64 {
         try database.read { database in

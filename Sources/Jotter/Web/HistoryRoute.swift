@@ -4,6 +4,9 @@ struct HistoryRoute: Sendable {
     let outbox: Outbox
     /// How the relay is doing (the worker's view).
     var relayState: @Sendable () -> RelayState = { .ok }
+    /// After how long an undelivered memo is stuck (`--warn-after`).
+    var warnAfterMilliseconds: Int64 = 3_600_000
+    var clock: any WallClock = SystemClock()
     static let defaultLimit = 50
     static let maxLimit = 500
 
@@ -80,15 +83,25 @@ struct HistoryRoute: Sendable {
         }
     }
 
-    func health() -> HTTPResponse {
+    /// `GET /healthz`; `destination` (where memos go, no secrets) only for this machine's own page.
+    func health(destination: String? = nil) -> HTTPResponse {
         do {
             let counts = try outbox.history.counts()
             let relay = relayState()
+            let now = clock.nowMilliseconds()
+            let stuck = try outbox.history.stuckSummary(acceptedBefore: now - warnAfterMilliseconds)
             var json = JSONWriter()
             json.object { json in
-                json.field("status", relay == .ok ? "ok" : "degraded")
+                json.field("status", relay == .ok && stuck.count == 0 ? "ok" : "degraded")
+                json.key("stuck")
+                json.object { json in
+                    json.field("count", Int64(stuck.count))
+                    json.field("oldest_seconds", stuck.oldest.map { max(0, (now - $0) / 1000) })
+                    json.field("warn_after_seconds", warnAfterMilliseconds / 1000)
+                }
                 json.key("relay")
                 Self.write(relay, to: &json)
+                if let destination { json.field("destination", destination) }
                 json.key("outbox")
                 json.object { json in
                     for status in DeliveryStatus.allCases {
