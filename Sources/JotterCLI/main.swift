@@ -17,6 +17,18 @@ do {
 switch command {
 case .help(let text):
     print(text)
+case .send(let options):
+    let result = SendCommand.run(options, readInput: {
+        isatty(0) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile().map { $0 }
+    })
+    FileHandle.standardOutput.write(Data(result.output.utf8))
+    FileHandle.standardError.write(Data(result.error.utf8))
+    exit(result.status.rawValue)
+case .history(let url, let token, let limit):
+    let result = HistoryCommand.run(url: url, token: token, limit: limit)
+    FileHandle.standardOutput.write(Data(result.output.utf8))
+    FileHandle.standardError.write(Data(result.error.utf8))
+    exit(result.status.rawValue)
 case .rekey(let dataDirectory):
     do {
         let report = try Rekey.run(dataDirectory: dataDirectory)

@@ -14,6 +14,10 @@ public enum CommandLineOptions {
         case pair(dataDirectory: String)
         /// Re-seal everything under a new key.
         case rekey(dataDirectory: String)
+        /// Send one memo to a running server.
+        case send(SendCommand.Options)
+        /// Print the latest memos' statuses.
+        case history(url: String, token: String?, limit: Int)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.
@@ -35,6 +39,11 @@ public enum CommandLineOptions {
                                      LAN-mode server (10 minutes; any number may be issued)
           jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID]
                                      the phones paired in LAN mode; rename one, or revoke its token
+          jotter send [-s SUBJECT] [-f FILE] [--url URL] [--quiet|--json] [TEXT…]
+                                     send a memo to the running server (stdin when no TEXT/FILE);
+                                     retries while it restarts, never twice; exit 0 only when accepted
+          jotter history [-n N] [--url URL]
+                                     the latest memos and their delivery status
           jotter rekey [--data-dir PATH]
                                      re-seal every stored memo under a new key (server stopped;
                                      safe to interrupt: run it again to finish)
@@ -108,6 +117,8 @@ public enum CommandLineOptions {
                 throw UsageError(description: "usage: jotter pair [--data-dir PATH]")
             }
             return .pair(dataDirectory: directory)
+        case "send": return try parseSend(arguments, environment: environment)
+        case "history": return try parseHistory(arguments, environment: environment)
         case "rekey":
             guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
                 throw UsageError(description: "usage: jotter rekey [--data-dir PATH]")
@@ -231,6 +242,71 @@ public enum CommandLineOptions {
             configuration.logLevel = parsed
         }
         return .serve(configuration)
+    }
+
+    /// `jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--retry-for S] [--quiet|--json] [TEXT…]`.
+    private static func parseSend(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
+        var arguments = arguments
+        var options = SendCommand.Options(url: SendCommand.defaultURL(environment: environment),
+                                          token: environment["JOTTER_TOKEN"].flatMap { $0.isEmpty ? nil : $0 })
+        var words: [String] = []
+        func value(_ flag: String) throws -> String {
+            guard let value = arguments.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
+            return value
+        }
+        while let argument = arguments.popFirst() {
+            switch argument {
+            case "-s", "--subject": options.subject = try value(argument)
+            case "-f", "--file": options.file = try value(argument)
+            case "--url": options.url = try value(argument)
+            case "--token": options.token = try value(argument)
+            case "--retry-for":
+                guard let seconds = Int(try value(argument)), (0...86_400).contains(seconds) else {
+                    throw UsageError(description: "--retry-for must be a number of seconds from 0 to 86400")
+                }
+                options.retryFor = seconds
+            case "-q", "--quiet": options.quiet = true
+            case "--json": options.json = true
+            case "-h", "--help": return .help(help)
+            case "--": words.append(contentsOf: arguments); arguments = []
+            default:
+                if argument.hasPrefix("-") && argument.count > 1 {
+                    throw UsageError(description: "jotter send: unknown option \(argument.prefix(40))")
+                }
+                words.append(argument)
+            }
+        }
+        if !words.isEmpty {
+            guard options.file == nil else { throw UsageError(description: "give the memo as TEXT or -f FILE, not both") }
+            options.text = words.joined(separator: " ")
+        }
+        return .send(options)
+    }
+
+    /// `jotter history [-n N] [--url URL] [--token T]`.
+    private static func parseHistory(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
+        var arguments = arguments
+        var url = SendCommand.defaultURL(environment: environment)
+        var token = environment["JOTTER_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        var limit = 20
+        while let argument = arguments.popFirst() {
+            switch argument {
+            case "-n":
+                guard let text = arguments.popFirst(), let number = Int(text), (1...500).contains(number) else {
+                    throw UsageError(description: "-n must be a number from 1 to 500")
+                }
+                limit = number
+            case "--url":
+                guard let value = arguments.popFirst() else { throw UsageError(description: "--url needs a value") }
+                url = value
+            case "--token":
+                guard let value = arguments.popFirst() else { throw UsageError(description: "--token needs a value") }
+                token = value
+            case "-h", "--help": return .help(help)
+            default: throw UsageError(description: "jotter history: unknown argument \(argument.prefix(40))")
+            }
+        }
+        return .history(url: url, token: token, limit: limit)
     }
 
     private static func parseDevices(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {

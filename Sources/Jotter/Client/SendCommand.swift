@@ -1,0 +1,136 @@
+import Glibc
+
+/// `jotter send`: the script-side client. Posts one memo to a running Jotter with an
+/// `Idempotency-Key` made once per invocation, and retries what can pass (the server restarting,
+/// `429`/`503` with `Retry-After`, a `5xx`) for a bounded time with the same key — so a cron job
+/// never loses a memo and never sends it twice. Exit status 0 only on `204`.
+public enum SendCommand {
+    /// What to send, and where.
+    public struct Options: Sendable, Equatable {
+        public var url: String
+        public var token: String?
+        public var subject: String?
+        /// The memo's text: the arguments joined by spaces, else `-f FILE`, else standard input.
+        public var text: String?
+        public var file: String?
+        public var quiet = false
+        public var json = false
+        /// How long to keep retrying, seconds.
+        public var retryFor = 60
+    }
+
+    /// Exit statuses (sysexits.h), each a different reason a script may act on.
+    public enum Status: Int32, Sendable {
+        case sent = 0
+        case usage = 64
+        /// The server refused the memo itself (empty, too large, not text): retrying cannot help.
+        case refused = 65
+        /// No server answered within the retry time.
+        case unreachable = 69
+        /// The server answered but not yet (429/503/5xx) within the retry time.
+        case temporary = 75
+        /// Not allowed: a token is missing, wrong or revoked, or another site's rules.
+        case notAllowed = 77
+    }
+
+    /// What the command did: the exit status and the text for stdout and stderr.
+    public struct Result: Sendable {
+        public var status: Status
+        public var output: String
+        public var error: String
+    }
+
+    /// The default server: `JOTTER_URL`, else this machine's default port.
+    public static func defaultURL(environment: [String: String]) -> String {
+        environment["JOTTER_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://127.0.0.1:7373"
+    }
+
+    /// Runs the command. `readInput` supplies standard input when no text or file is given.
+    public static func run(_ options: Options, readInput: () -> [UInt8]?,
+                           sleep: (Double) -> Void = { usleep(UInt32(min($0, 3600) * 1_000_000)) },
+                           now: () -> Double = { monotonicSeconds() }) -> Result {
+        let body: String
+        if let text = options.text {
+            body = text
+        } else if let file = options.file {
+            guard let bytes = try? FileIO.read(path: file, limit: 64 * 1024 * 1024),
+                  let text = String(validating: bytes, as: UTF8.self) else {
+                return Result(status: .usage, output: "", error: "jotter send: cannot read \(file) as UTF-8 text\n")
+            }
+            body = text
+        } else if let bytes = readInput(), !bytes.isEmpty, let text = String(validating: bytes, as: UTF8.self) {
+            body = text
+        } else {
+            return Result(status: .usage, output: "",
+                          error: "jotter send: nothing to send (give the memo as arguments, -f FILE or on stdin)\n")
+        }
+        var json = JSONWriter()
+        json.object { json in
+            json.field("body", body)
+            if let subject = options.subject { json.field("subject", subject) }
+        }
+        let key: String
+        do { key = try uuid() } catch {
+            return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
+        }
+        let client = ServerClient(baseURL: trimmed(options.url), token: options.token)
+        let deadline = now() + Double(options.retryFor)
+        var wait = 0.5
+        var last = "no answer"
+        var lastStatus = Status.unreachable
+        while true {
+            do {
+                let response = try client.request("POST", "/send", headers: [
+                    "Content-Type: application/json", "Accept: application/json", "Idempotency-Key: \(key)",
+                ], body: json.bytes)
+                switch response.status {
+                case 204, 200, 201, 202:
+                    let id = response.header("X-Message-Id") ?? ""
+                    if options.json { return Result(status: .sent, output: "{\"id\":\"\(id)\"}\n", error: "") }
+                    return Result(status: .sent, output: options.quiet ? "" : "Sent (\(id)).\n", error: "")
+                case 400, 409, 413, 415, 422:
+                    return Result(status: .refused, output: "",
+                                  error: "jotter send: refused (\(response.status) \(response.errorCode ?? "")): "
+                                    + (response.errorMessage ?? "the server did not say why") + "\n")
+                case 401, 403:
+                    return Result(status: .notAllowed, output: "",
+                                  error: "jotter send: not allowed (\(response.status) \(response.errorCode ?? "")): "
+                                    + (response.errorMessage ?? "") + "\n")
+                default:
+                    lastStatus = .temporary
+                    last = "\(response.status) \(response.errorCode ?? "")"
+                    if let retryAfter = response.header("Retry-After").flatMap(Double.init) { wait = max(wait, retryAfter) }
+                }
+            } catch {
+                lastStatus = .unreachable
+                last = "no answer from \(trimmed(options.url))"
+            }
+            let remaining = deadline - now()
+            guard remaining > 0 else { break }
+            sleep(min(wait, remaining))
+            wait = min(wait * 2, 10)
+        }
+        return Result(status: lastStatus, output: "",
+                      error: "jotter send: gave up after \(options.retryFor) s (\(last)); nothing was sent\n")
+    }
+
+    static func trimmed(_ url: String) -> String {
+        url.hasSuffix("/") ? String(url.dropLast()) : url
+    }
+
+    /// A random (version 4) UUID, lowercase.
+    static func uuid() throws -> String {
+        var bytes = try SecureRandom.bytes(count: 16)
+        bytes[6] = bytes[6] & 0x0F | 0x40
+        bytes[8] = bytes[8] & 0x3F | 0x80
+        let hex = bytes.map { byte -> String in
+            let text = String(byte, radix: 16)
+            return byte < 16 ? "0" + text : text
+        }
+        return [hex[0..<4], hex[4..<6], hex[6..<8], hex[8..<10], hex[10..<16]].map { $0.joined() }.joined(separator: "-")
+    }
+
+    public static func monotonicSeconds() -> Double {
+        Double(monotonicNanoseconds()) / 1e9
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// `jotter send` and `jotter history`, the real binary against a live server: what a cron job sees.
+@Suite struct SendCommandTests {
+    struct Finished {
+        var status: Int32
+        var output: String
+        var error: String
+    }
+
+    /// Runs the built `jotter` with `arguments`, `input` on stdin, until it exits (killed after `timeout`).
+    static func jotter(_ arguments: [String], input: [UInt8]? = nil, timeout: Double = 90) throws -> Finished {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: LiveServerTests.JotterBinary.path)
+        process.arguments = arguments
+        process.environment = LiveServerTests.JotterBinary.environment()
+        let output = Pipe(), errors = Pipe(), stdin = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
+        try process.run()
+        if let input {
+            stdin.fileHandleForWriting.write(Data(input))
+            try stdin.fileHandleForWriting.close()
+        }
+        let pid = process.processIdentifier
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+        let errorData = Mutex(Data())
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) {
+            let data = errors.fileHandleForReading.readDataToEndOfFile()
+            errorData.withLock { $0 = data }
+        }
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        group.wait()
+        process.waitUntilExit()
+        watchdog.cancel()
+        return Finished(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
+                        error: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
+    }
+
+    static func delivered(_ server: TestServer) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: server.maildir + "/new")) ?? []).map {
+            (try? String(contentsOfFile: server.maildir + "/new/" + $0, encoding: .utf8)) ?? ""
+        }
+    }
+
+    @Test func sendsArgumentsStdinAndFilesAndSaysSo() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: LiveServerTests.JotterBinary.path))
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+
+        let plain = try Self.jotter(["send", "--url", url, "buy", "milk"])
+        #expect(plain.status == 0, "\(plain.error)")
+        #expect(plain.output.hasPrefix("Sent ("))
+
+        let piped = try Self.jotter(["send", "--url", url, "--json"], input: Array("from a pipe\nline two".utf8))
+        #expect(piped.status == 0, "\(piped.error)")
+        let id = try #require((try? JSONValue.parse(Array(piped.output.utf8)))?["id"]?.string)
+        #expect(try server.outbox.history.record(id: id) != nil)
+
+        try "notes from a file".write(toFile: directory.file("notes.txt"), atomically: true, encoding: .utf8)
+        let filed = try Self.jotter(["send", "--url", url, "-q", "-s", "Weekly", "-f", directory.file("notes.txt")])
+        #expect(filed.status == 0 && filed.output.isEmpty, "--quiet: \(filed.output)")
+        let latest = try #require(try server.outbox.history.latest(limit: 1).first)
+        #expect(latest.subject == "Weekly")
+
+        #expect(server.waitUntil(timeout: 30) { Self.delivered(server).count == 3 })
+
+        let table = try Self.jotter(["history", "--url", url, "-n", "2"])
+        #expect(table.status == 0)
+        let lines = table.output.split(separator: "\n")
+        #expect(lines.count == 3, "a header and two memos: \(table.output)")
+        #expect(lines.first?.hasPrefix("ACCEPTED") == true)
+        #expect(lines.dropFirst().allSatisfy { $0.contains("sent") })
+        #expect(lines[1].contains("Weekly"))
+    }
+
+    @Test func refusalsAndAbsenceHaveTheirOwnExitStatus() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 2048)
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+        let empty = try Self.jotter(["send", "--url", url])
+        #expect(empty.status == 64, "nothing to send is a usage error")
+        let tooLarge = try Self.jotter(["send", "--url", url, String(repeating: "x", count: 5000)])
+        #expect(tooLarge.status == 65, "\(tooLarge.error)")
+        #expect(tooLarge.error.contains("413"))
+        let port = try BrowserTests.freePort()
+        let nobody = try Self.jotter(["send", "--url", "http://127.0.0.1:\(port)", "--retry-for", "1", "hello"])
+        #expect(nobody.status == 69)
+        #expect(nobody.error.contains("nothing was sent"))
+        #expect(try server.outbox.history.acceptedCount() == 0)
+    }
+
+    /// The server restarts while `jotter send` is trying: the client keeps trying with the same
+    /// Idempotency-Key, and the memo arrives exactly once.
+    @Test func aRestartDuringTheRetryLoopLosesNothingAndSendsOnce() throws {
+        let directory = TemporaryDirectory()
+        let port = try BrowserTests.freePort()
+        // Something on the port that hangs up on every connection (a server going down), counting them.
+        let refuser = try HangUpListener(port: port)
+        let result = Mutex<Finished?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            let finished = try? Self.jotter(["send", "--url", "http://127.0.0.1:\(port)", "--retry-for", "60",
+                                             "--json", "written during a restart"])
+            result.withLock { $0 = finished }
+            done.signal()
+        }
+        #expect(TestServer.waitUntil(timeout: 30) { refuser.connections >= 2 }, "the client retried")
+        refuser.stop()
+        let server = try BrowserTests.startServer(dataDirectory: directory.file("data")) { $0.http.port = port }
+        defer { server.stop() }
+        #expect(done.wait(timeout: .now() + 90) == .success)
+        let finished = try #require(result.withLock { $0 })
+        #expect(finished.status == 0, "\(finished.error)")
+        #expect(server.waitUntil(timeout: 30) { Self.delivered(server).count == 1 })
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+}
+
+/// A TCP listener on 127.0.0.1:`port` that accepts and at once closes every connection.
+final class HangUpListener: Sendable {
+    private final class State: Sendable {
+        let count = Atomic<Int>(0)
+        let running = Atomic<Bool>(true)
+        let closed = Atomic<Bool>(false)
+    }
+
+    private let state = State()
+
+    init(port: Int) throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, 16) == 0 else {
+            close(listener)
+            throw RawHTTP.Failure(description: "cannot listen on \(port)")
+        }
+        let state = state
+        Thread.detachNewThread {
+            while state.running.load(ordering: .acquiring) {
+                var poller = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 50) > 0 else { continue }
+                let client = accept(listener, nil, nil)
+                if client >= 0 {
+                    state.count.add(1, ordering: .relaxed)
+                    close(client)
+                }
+            }
+            close(listener)
+            state.closed.store(true, ordering: .releasing)
+        }
+    }
+
+    var connections: Int { state.count.load(ordering: .relaxed) }
+
+    func stop() {
+        state.running.store(false, ordering: .releasing)
+        // The listening socket closes on its thread: wait until it has, so the port is free.
+        let state = state
+        _ = TestServer.waitUntil(timeout: 10) { state.closed.load(ordering: .acquiring) }
+    }
+}
