@@ -24,8 +24,8 @@ group, which is SIGTERMed (then SIGKILLed) at the end.
 Observations (the names BrowserTests.expectClean reads are kept):
   at_load          right after WebDriver:Navigate returned (the load event): activeElement, readyState,
                    ms_after_load
-  early            keys typed at once after that, before the page's script has run start(): where
-                   they went (textarea value, activeElement)
+  early            keys typed at once after that (the page's script may not have started yet):
+                   where they went (textarea value, activeElement)
   ready            the page's script has started (footer shown), ms after the load event
   typed            the state once the whole memo is typed
   after_keydown    right after Ctrl+Enter was dispatched; probe.sends[0].sameTask: the page's state
@@ -36,8 +36,14 @@ Observations (the names BrowserTests.expectClean reads are kept):
   foreign_requests those not to the page's origin, plus whatever reached the sinkhole proxy
   problems         console_errors / exceptions seen by the probe after load, log_errors: failed
                    loads (status >= 400) and the browser's own output lines about the page's origin
+                   (both Firefox only: WebKit reports no status in Resource Timing and no console)
   maildir          with --maildir: subject and body of every delivered message
   seconds          browser start, navigation, the whole run
+
+"Right after load" is the first command after the navigation returned: in both engines that comes
+after the page's first frame (measured: 25-280 ms after the load event). It cannot see a gap between
+the load event and the first frame, where WebKit applies `autofocus`; only a script that runs before
+the page's own (WebDriver BiDi's preload scripts, or CDP as in page_test.py) could.
 """
 import argparse
 import email
