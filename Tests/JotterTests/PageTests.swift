@@ -68,3 +68,27 @@ import Testing
         #expect(refused.header("Content-Encoding") == nil)
     }
 }
+
+/// WebKit applies `autofocus` only with its first frame, and keys typed before it are lost; the
+/// engines' smoke tests cannot see that gap (their first command comes after the frame). So: the
+/// page's first inline script must focus the textarea before it does anything else.
+@Suite struct FocusFirstTests {
+    @Test func theFirstStatementsOfTheScriptFocusTheTextarea() throws {
+        let page = try String(contentsOfFile: Repository.publicDirectory + "/src/index.html", encoding: .utf8)
+        let scripts = PageRoute.elementContents(tag: "script", in: page)
+        #expect(scripts.count == 1, "one inline script")
+        let script = try #require(scripts.first)
+        // Up to the focus call: only the strict-mode line, comments and the lookup of the textarea.
+        let focus = try #require(script.range(of: "ta.focus();"), "the script focuses the textarea")
+        let before = script[..<focus.lowerBound].split(separator: "\n")
+            .filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
+        #expect(!before.contains("localStorage") && !before.contains("fetch(") && !before.contains("addEventListener"),
+                "nothing before the focus call touches storage, the network or events")
+        #expect(before.contains("getElementById('body')"))
+        // And the built page keeps it first (the minifier must not move it after other work).
+        let built = try String(contentsOfFile: Repository.publicDirectory + "/index.html", encoding: .utf8)
+        let builtScript = try #require(PageRoute.elementContents(tag: "script", in: built).first)
+        let focusAt = try #require(builtScript.range(of: ".focus()"))
+        #expect(!builtScript[..<focusAt.lowerBound].contains("localStorage"))
+    }
+}
