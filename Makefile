@@ -12,8 +12,9 @@ RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-o
 # a real SMTP server, a browser, a QR decoder (zbar) and an SVG renderer (librsvg) to read the pairing code,
 # notmuch (GMime) as a second reader of encoded subjects, and a Japanese font so the page's
 # screenshots (.build/artifacts/phone) show Japanese, not boxes. The other engines' smoke tests: Firefox ESR
-# (Marionette), WebKitGTK's WebKitWebDriver (it brings MiniBrowser) and a private X server for it.
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth
+# (Marionette), WebKitGTK's WebKitWebDriver (it brings MiniBrowser) and a private X server for it;
+# systemd for systemd-analyze (the service unit is verified, not run).
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd
 # The benchmarks compare against nginx and drive load with wrk.
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 

@@ -29,6 +29,28 @@ case .history(let url, let token, let limit):
     FileHandle.standardOutput.write(Data(result.output.utf8))
     FileHandle.standardError.write(Data(result.error.utf8))
     exit(result.status.rawValue)
+case .service(let action, let configuration):
+    var path = [CChar](repeating: 0, count: 4096)
+    let length = readlink("/proc/self/exe", &path, path.count - 1)
+    let binary = length > 0 ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        : CommandLine.arguments[0]
+    do {
+        print(try ServiceCommand.run(action, binary: binary, configuration: configuration, environment: environment) { words in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/systemctl")
+            process.arguments = ["--user"] + words
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            guard (try? process.run()) != nil else { return (127, "systemctl not found") }
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        })
+    } catch {
+        FileHandle.standardError.write(Data("jotter service: \(error)\n".utf8))
+        exit(1)
+    }
 case .rekey(let dataDirectory):
     do {
         let report = try Rekey.run(dataDirectory: dataDirectory)

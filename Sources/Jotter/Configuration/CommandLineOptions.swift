@@ -18,6 +18,8 @@ public enum CommandLineOptions {
         case send(SendCommand.Options)
         /// Print the latest memos' statuses.
         case history(url: String, token: String?, limit: Int)
+        /// Install, remove, show or print the systemd user unit for `serve` with this configuration.
+        case service(ServiceCommand.Action, Configuration)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.
@@ -44,6 +46,8 @@ public enum CommandLineOptions {
                                      retries while it restarts, never twice; exit 0 only when accepted
           jotter history [-n N] [--url URL]
                                      the latest memos and their delivery status
+          jotter service install|uninstall|status|--print [serve options]
+                                     run 'jotter serve' as a systemd user service, started at login
           jotter rekey [--data-dir PATH]
                                      re-seal every stored memo under a new key (server stopped;
                                      safe to interrupt: run it again to finish)
@@ -118,6 +122,21 @@ public enum CommandLineOptions {
             }
             return .pair(dataDirectory: directory)
         case "send": return try parseSend(arguments, environment: environment)
+        case "service":
+            var rest = arguments
+            let actions: [String: ServiceCommand.Action] = ["install": .install, "uninstall": .uninstall,
+                                                            "status": .status, "--print": .print, "print": .print]
+            guard let word = rest.popFirst(), let action = actions[word] else {
+                throw UsageError(description: "usage: jotter service install|uninstall|status|--print [serve options]")
+            }
+            guard case .serve(var configuration) = try parse(["serve"] + Array(rest), environment: environment,
+                                                              sourceRoot: sourceRoot) else {
+                return .help(serveHelp)
+            }
+            // A service runs from no particular directory: every path absolute.
+            configuration.dataDirectory = absolute(configuration.dataDirectory)
+            configuration.publicDirectory = absolute(configuration.publicDirectory)
+            return .service(action, configuration)
         case "history": return try parseHistory(arguments, environment: environment)
         case "rekey":
             guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
@@ -358,6 +377,15 @@ public enum CommandLineOptions {
     }
 
     /// `./Public` when it holds the page, else the checkout's `Public/` next to `Sources/`.
+    /// `path` made absolute against the current directory.
+    static func absolute(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return path }
+        let directory = String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return directory + "/" + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
+    }
+
     static func defaultPublicDirectory(_ sourceRoot: String) -> String {
         if access("Public/index.html", R_OK) == 0 { return "Public" }
         var components = sourceRoot.split(separator: "/", omittingEmptySubsequences: false)

@@ -1,0 +1,134 @@
+import Glibc
+
+/// `jotter service install|uninstall|status|--print`: Jotter as a systemd *user* service, started at
+/// login and restarted if it fails, sandboxed as far as a user unit allows.
+public enum ServiceCommand {
+    /// What to do.
+    public enum Action: Sendable, Equatable {
+        case install
+        case uninstall
+        case status
+        case print
+    }
+
+    /// The unit's name.
+    public static let unitName = "jotter.service"
+
+    /// The unit file for `jotter serve` with `configuration`, started as `binary`, with the relay URL
+    /// read from `relayFile` (never on the command line: a unit's ExecStart is world-readable).
+    public static func unit(binary: String, configuration: Configuration, relayFile: String?) -> String {
+        var arguments = [binary, "serve", "--host", configuration.http.host, "--port", String(configuration.http.port),
+                         "--data-dir", configuration.dataDirectory, "--public-dir", configuration.publicDirectory]
+        if let relayFile { arguments += ["--relay-file", relayFile] }
+        if configuration.lan { arguments.append("--lan") }
+        if configuration.insecureHTTP { arguments.append("--insecure-http") }
+        for host in configuration.allowedHosts { arguments += ["--allowed-host", host] }
+        arguments += ["--warn-after", String(configuration.delivery.warnAfterMilliseconds / 1000)]
+        // Where the relay writes besides the data directory (a Maildir or notes folder elsewhere).
+        var writable = [configuration.dataDirectory]
+        if let relay = configuration.relay, let path = localPath(relay) { writable.append(path) }
+        // Postfix's and Exim's sendmail are setgid: a service that may not gain privileges cannot use them.
+        let sendmail = configuration.relay?.lowercased().hasPrefix("sendmail:") ?? false
+        var lines = [
+            "# Written by 'jotter service install'; 'jotter service uninstall' removes it.",
+            "[Unit]",
+            "Description=Jotter: write a thought, press send, it lands in your inbox",
+            "",
+            "[Service]",
+            "Type=exec",
+            "ExecStart=" + arguments.map(quoted).joined(separator: " "),
+            "Restart=on-failure",
+            "RestartSec=2",
+            "UMask=0077",
+            "PrivateTmp=yes",
+            "ProtectSystem=strict",
+            "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
+            "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+            "LockPersonality=yes",
+            "RestrictRealtime=yes",
+            "RestrictNamespaces=yes",
+            "SystemCallArchitectures=native",
+        ]
+        if !sendmail {
+            lines += ["NoNewPrivileges=yes", "RestrictSUIDSGID=yes"]
+        } else {
+            lines.append("# NoNewPrivileges is off: the local MTA's sendmail is setgid.")
+        }
+        lines += ["", "[Install]", "WantedBy=default.target", ""]
+        return lines.joined(separator: "\n")
+    }
+
+    /// `maildir:PATH` and `markdown:PATH` write to PATH.
+    static func localPath(_ relay: String) -> String? {
+        for scheme in ["maildir:", "markdown:"] where relay.lowercased().hasPrefix(scheme) {
+            let path = relay.dropFirst(scheme.count).prefix(while: { $0 != "?" })
+            return path.hasPrefix("/") ? String(path) : nil
+        }
+        return nil
+    }
+
+    /// A word for ExecStart: quoted when it has spaces, quotes or backslashes; `%` and `$` escaped.
+    static func quoted(_ word: String) -> String {
+        var escaped = word.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "$", with: "$$")
+        guard escaped.contains(where: { " \t\"'\\".contains($0) }) || escaped.isEmpty else { return escaped }
+        escaped = escaped.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        return "\"" + escaped + "\""
+    }
+
+    /// `$XDG_CONFIG_HOME/systemd/user`, else `~/.config/systemd/user`.
+    public static func unitDirectory(environment: [String: String]) -> String {
+        if let config = environment["XDG_CONFIG_HOME"], config.hasPrefix("/") { return config + "/systemd/user" }
+        return (environment["HOME"] ?? "/root") + "/.config/systemd/user"
+    }
+
+    /// Runs `action`; returns the text to print. `systemctl` runs `systemctl --user …` (injected for tests).
+    public static func run(_ action: Action, binary: String, configuration: Configuration,
+                           environment: [String: String],
+                           systemctl: ([String]) -> (status: Int32, output: String)) throws -> String {
+        let directory = unitDirectory(environment: environment)
+        let unitPath = directory + "/" + unitName
+        switch action {
+        case .print:
+            return unit(binary: binary, configuration: configuration,
+                        relayFile: configuration.relay == nil ? nil : configuration.dataDirectory + "/relay")
+        case .install:
+            try DataDirectory.makeDirectories(configuration.dataDirectory, mode: 0o700)
+            var relayFile: String?
+            if let relay = configuration.relay {
+                relayFile = configuration.dataDirectory + "/relay"
+                try write(Array((relay + "\n").utf8), to: relayFile ?? "", mode: 0o600)
+            }
+            try DataDirectory.makeDirectories(directory, mode: 0o755)
+            try write(Array(unit(binary: binary, configuration: configuration, relayFile: relayFile).utf8),
+                      to: unitPath, mode: 0o644)
+            _ = systemctl(["daemon-reload"])
+            let enabled = systemctl(["enable", "--now", unitName])
+            guard enabled.status == 0 else {
+                throw CommandLineOptions.UsageError(description: "wrote \(unitPath), but 'systemctl --user enable --now "
+                    + "\(unitName)' failed (is there a user session? try 'loginctl enable-linger'): "
+                    + enabled.output.prefix(300))
+            }
+            return "Installed \(unitPath) and started it; it starts at login. 'jotter service status' shows it."
+        case .uninstall:
+            _ = systemctl(["disable", "--now", unitName])
+            guard unlink(unitPath) == 0 || errno == ENOENT else {
+                throw CommandLineOptions.UsageError(description: "cannot remove \(unitPath): \(String(cString: strerror(errno)))")
+            }
+            _ = systemctl(["daemon-reload"])
+            return "Stopped and removed \(unitName). Memos and the key stay in the data directory."
+        case .status:
+            guard access(unitPath, F_OK) == 0 else { return "Not installed ('jotter service install' installs it)." }
+            let active = systemctl(["is-active", unitName]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let enabled = systemctl(["is-enabled", unitName]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            return "\(unitPath): \(active.isEmpty ? "unknown" : active), \(enabled.isEmpty ? "unknown" : enabled) at login."
+        }
+    }
+
+    private static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
+        do throws(SystemError) {
+            try FileIO.writeFile(path, bytes, mode: mode)
+        } catch {
+            throw CommandLineOptions.UsageError(description: "cannot write \(path): \(String(cString: strerror(error.code)))")
+        }
+    }
+}

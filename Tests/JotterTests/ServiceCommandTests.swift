@@ -1,0 +1,96 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// `jotter service`: the systemd user unit it writes (verified by systemd's own checker), and what
+/// install and uninstall do (systemctl stubbed: these machines have no user session).
+@Suite struct ServiceCommandTests {
+    static func configuration(_ arguments: [String], environment: [String: String] = [:]) throws -> Configuration {
+        guard case .service(_, let configuration) = try CommandLineOptions.parse(
+            ["service", "--print"] + arguments, environment: environment, sourceRoot: #filePath) else {
+            throw CommandLineOptions.UsageError(description: "not a service command")
+        }
+        return configuration
+    }
+
+    @Test func theUnitPassesSystemdAnalyzeVerifyAndHoldsNoSecret() throws {
+        let directory = TemporaryDirectory()
+        let configuration = try Self.configuration([
+            "--data-dir", directory.file("data"), "--port", "7474", "--warn-after", "600", "--lan",
+            "--relay", "smtps://ana%40example.com:S3cret-Pass@smtp.example.com:465",
+        ])
+        let unit = ServiceCommand.unit(binary: LiveServerTests.JotterBinary.path, configuration: configuration,
+                                       relayFile: directory.file("data/relay"))
+        #expect(!unit.contains("S3cret"), "a unit's ExecStart is readable by every user")
+        for directive in ["Restart=on-failure", "NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=strict",
+                          "ReadWritePaths=\(directory.file("data"))", "RestrictAddressFamilies=",
+                          "WantedBy=default.target", "--relay-file \(directory.file("data/relay"))",
+                          "--port 7474", "--lan", "--warn-after 600"] {
+            #expect(unit.contains(directive), "missing \(directive)")
+        }
+        let path = directory.file("jotter.service")
+        try unit.write(toFile: path, atomically: true, encoding: .utf8)
+        let analyze = "/usr/bin/systemd-analyze"
+        try #require(FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze (Debian's systemd) is a test dependency")
+        let verified = try LiveServerTests.JotterBinary.run(["verify", path], executable: analyze, timeout: 60)
+        #expect(verified.status == 0, "systemd-analyze verify: \(verified.standardError)")
+        #expect(!verified.standardError.contains("Unknown"), "\(verified.standardError)")
+    }
+
+    @Test func aSendmailRelayKeepsTheSetgidMTAUsableAndAMaildirElsewhereWritable() throws {
+        let directory = TemporaryDirectory()
+        let sendmail = ServiceCommand.unit(binary: "/usr/bin/jotter",
+                                           configuration: try Self.configuration(["--data-dir", directory.path,
+                                                                                  "--relay", "sendmail:"]),
+                                           relayFile: directory.file("relay"))
+        #expect(!sendmail.contains("NoNewPrivileges=yes"))
+        let maildir = ServiceCommand.unit(binary: "/usr/bin/jotter",
+                                          configuration: try Self.configuration(["--data-dir", directory.path,
+                                                                                 "--relay", "maildir:/srv/mail/ana"]),
+                                          relayFile: directory.file("relay"))
+        #expect(maildir.contains("ReadWritePaths=\(directory.path) /srv/mail/ana"))
+        #expect(ServiceCommand.quoted("/path with space/jotter") == "\"/path with space/jotter\"")
+        #expect(ServiceCommand.quoted("50%") == "50%%")
+    }
+
+    @Test func installWritesTheUnitAndTheRelayFileAndEnablesIt() throws {
+        let directory = TemporaryDirectory()
+        let environment = ["XDG_CONFIG_HOME": directory.file("config"), "HOME": directory.path]
+        let configuration = try Self.configuration(["--data-dir", directory.file("data"),
+                                                    "--relay", "resend://re_KEY?to=ana@example.com"])
+        var calls: [[String]] = []
+        let installed = try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                               environment: environment) { calls.append($0); return (0, "") }
+        #expect(installed.contains("Installed"))
+        let unitPath = directory.file("config/systemd/user/jotter.service")
+        #expect(FileManager.default.fileExists(atPath: unitPath))
+        #expect(calls == [["daemon-reload"], ["enable", "--now", "jotter.service"]])
+        let relay = try String(contentsOfFile: directory.file("data/relay"), encoding: .utf8)
+        #expect(relay == "resend://re_KEY?to=ana@example.com\n")
+        let mode = (try FileManager.default.attributesOfItem(atPath: directory.file("data/relay"))[.posixPermissions] as? Int)
+        #expect(mode == 0o600)
+        #expect(try !String(contentsOfFile: unitPath, encoding: .utf8).contains("re_KEY"))
+
+        calls = []
+        let status = try ServiceCommand.run(.status, binary: "/usr/bin/jotter", configuration: configuration,
+                                            environment: environment) { calls.append($0); return (0, $0[0] == "is-active" ? "active\n" : "enabled\n") }
+        #expect(status.contains("active, enabled at login"))
+
+        let removed = try ServiceCommand.run(.uninstall, binary: "/usr/bin/jotter", configuration: configuration,
+                                             environment: environment) { _ in (0, "") }
+        #expect(removed.contains("removed"))
+        #expect(!FileManager.default.fileExists(atPath: unitPath))
+    }
+
+    @Test func installSaysWhatToDoWhenThereIsNoUserSession() throws {
+        let directory = TemporaryDirectory()
+        let configuration = try Self.configuration(["--data-dir", directory.file("data")])
+        let error = try #require(throws: CommandLineOptions.UsageError.self) {
+            try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: ["XDG_CONFIG_HOME": directory.file("config")]) { words in
+                words.first == "enable" ? (1, "Failed to connect to bus: No medium found") : (0, "")
+            }
+        }
+        #expect(error.description.contains("loginctl enable-linger"))
+    }
+}
