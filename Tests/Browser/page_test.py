@@ -24,6 +24,7 @@ Scenarios:
   rtl       ?lang=ar: direction and the mirrored positions of the send button and subject field
   privacy   the tab is hidden (another tab in front), then shown again
   nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
+  share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
 """
 import argparse
@@ -379,6 +380,21 @@ def scenario_relay(page, url, result):
         "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
 
 
+def scenario_share(page, url, result):
+    """Opened as a Web Share Target: /?title=…&text=…&url=… (what Android sends to an installed app)."""
+    shared = url + "?title=Idea%20%F0%9F%92%A1&text=Read%20this%20later&url=https%3A%2F%2Fexample.org%2Fa%3Fb%3D1"
+    load(page, shared)
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.5)  # a silent send, if the page made one, would have started by now
+    result["after"] = page.evaluate(
+        "({subject: document.getElementById('subject').value, body: document.getElementById('body').value,"
+        " location: location.href})")
+    result["send_requests"] = send_requests(page)
+
+
 def scenario_privacy(page, url, result):
     load(page, url)
     page.type_text("Private thought")
@@ -446,6 +462,7 @@ SCENARIOS = {
     "privacy": scenario_privacy,
     "nojs": scenario_nojs,
     "relay": scenario_relay,
+    "share": scenario_share,
 }
 
 if __name__ == "__main__":

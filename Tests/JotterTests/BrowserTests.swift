@@ -254,6 +254,23 @@ struct BrowserTests {
         #expect(transport.messages.count == 1)
     }
 
+    @Test("Text shared from another app opens in the page ready to send, and is not sent by itself")
+    func sharedTextWaitsInThePage() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("share", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["after"]["subject"].string == "Idea 💡")
+        #expect(seen["after"]["body"].string == "Read this later\nhttps://example.org/a?b=1")
+        #expect(seen["after"]["location"].string == seen["url"].string, "the shared text left the address bar")
+        #expect(seen["send_requests"].array.isEmpty, "sent by itself: \(seen["send_requests"])")
+        #expect(try server.outbox.history.acceptedCount() == 0)
+        let manifest = try JSONValue.parse(Array(try server.route("GET", "/manifest.webmanifest").body))
+        #expect(manifest["share_target"]?["action"]?.string == "/")
+        #expect(manifest["share_target"]?["params"]?["text"]?.string == "text")
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
