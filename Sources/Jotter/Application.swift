@@ -102,7 +102,8 @@ public final class Application: Sendable {
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      pair: pairRoute, publicDirectory: configuration.publicDirectory,
                                      lan: configuration.lan, destination: relay.destination,
-                                     warnAfterMilliseconds: delivery.warnAfterMilliseconds, clock: clock)
+                                     warnAfterMilliseconds: delivery.warnAfterMilliseconds,
+                                     undoMilliseconds: configuration.undoMilliseconds, clock: clock)
         let handler: Handler = { request, respond in
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
@@ -175,14 +176,15 @@ public final class Application: Sendable {
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
                        pair: PairRoute?, publicDirectory: String, lan: Bool = false,
-                       destination: String = "", warnAfterMilliseconds: Int64 = 3_600_000,
+                       destination: String = "", warnAfterMilliseconds: Int64 = 3_600_000, undoMilliseconds: Int64 = 0,
                        clock: any WallClock = SystemClock()) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
-        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter)
+        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds)
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
-                                   warnAfterMilliseconds: warnAfterMilliseconds, clock: clock)
+                                   warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,
+                                   clock: clock)
         var router = Router()
         router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
         router.add("POST", "/") { request, _, respond in send.handle(request, respond: respond) }
@@ -190,6 +192,9 @@ public final class Application: Sendable {
         router.add("GET", "/history") { request, _, respond in respond(history.list(request)) }
         router.add("GET", "/history/{id}") { _, parameters, respond in
             respond(history.one(id: parameters["id"] ?? ""))
+        }
+        router.add("DELETE", "/history/{id}") { _, parameters, respond in
+            history.cancel(id: parameters["id"] ?? "", respond: respond)
         }
         router.add("POST", "/history/{id}/retry") { _, parameters, respond in
             history.retry(id: parameters["id"] ?? "", wake: { worker.retestRelay() }, respond: respond)

@@ -24,6 +24,7 @@ Scenarios:
   rtl       ?lang=ar: direction and the mirrored positions of the send button and subject field
   privacy   the tab is hidden (another tab in front), then shown again
   nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
+  undo      the server holds memos for an undo window: send, press Undo, the text comes back
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
 """
@@ -395,6 +396,34 @@ def scenario_share(page, url, result):
     result["send_requests"] = send_requests(page)
 
 
+def scenario_undo(page, url, result):
+    """The server holds memos for an undo window: send, then press Undo while it shows."""
+    load(page, url)
+    memo = "Sent by mistake %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)  # the page's first /healthz (it learns the window from it)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("!document.getElementById('undo').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
+    result["undo_label"] = page.evaluate("document.getElementById('undo').textContent")
+    if result["undo_shown"]:
+        page.click(*page.center_of("#undo"))
+    try:
+        page.wait_for("document.getElementById('body').value.length > 0", timeout=10)
+    except cdp.CDPError:
+        pass
+    result["after"] = state(page)
+    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
 def scenario_privacy(page, url, result):
     load(page, url)
     page.type_text("Private thought")
@@ -463,6 +492,7 @@ SCENARIOS = {
     "nojs": scenario_nojs,
     "relay": scenario_relay,
     "share": scenario_share,
+    "undo": scenario_undo,
 }
 
 if __name__ == "__main__":

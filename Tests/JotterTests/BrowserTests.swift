@@ -271,6 +271,24 @@ struct BrowserTests {
         #expect(manifest["share_target"]?["params"]?["text"]?.string == "text")
     }
 
+    @Test("With an undo window, Undo takes the memo back: its text returns and it is never delivered")
+    func undoTakesTheMemoBack() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport) { $0.undoMilliseconds = 30_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo", server: server, maildir: false)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["undo_shown"].bool == true, "no Undo button")
+        #expect(seen["undo_label"].string == (try Self.translations("en"))["undo"])
+        #expect(seen["after"]["body"].string == memo, "the text came back")
+        #expect(seen["requests_after"].array.first?["status"].int == 200)
+        let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
+        #expect(try server.outbox.history.record(id: id)?.status == .cancelled)
+        #expect(transport.messages.isEmpty, "never handed to the relay")
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or

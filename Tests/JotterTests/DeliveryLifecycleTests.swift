@@ -19,6 +19,7 @@ import Testing
         DeliveryLifecycle(status: .sent, attempts: 1, deliveredAt: now),
         DeliveryLifecycle(status: .failed, attempts: 1, lastError: "auth"),
         DeliveryLifecycle(status: .held, lastError: "corrupt"),
+        DeliveryLifecycle(status: .cancelled),
     ]
 
     @Test func queuedThenSendingThenSent() throws {
@@ -176,6 +177,7 @@ import Testing
             ("hold", { l throws(DeliveryLifecycle.Refusal) in try l.hold(reason: "corrupt") }),
             ("requeue", { l throws(DeliveryLifecycle.Refusal) in try l.requeue(now: far) }),
             ("interrupted", { l throws(DeliveryLifecycle.Refusal) in try l.interrupted(now: far) }),
+            ("cancel", { l throws(DeliveryLifecycle.Refusal) in try l.cancel(now: far) }),
         ]
         let allowed: [DeliveryStatus: Set<String>] = [
             .queued: ["claim", "hold"],
@@ -184,6 +186,7 @@ import Testing
             .sent: [],
             .failed: ["hold", "requeue"],
             .held: ["hold", "requeue"],
+            .cancelled: [],
         ]
         for start in Self.everyStatus {
             for (name, transition) in transitions {
@@ -200,12 +203,29 @@ import Testing
         }
     }
 
-    @Test func onlyADeliveredMemoErasesItsBody() {
-        #expect(Self.everyStatus.filter(\.erasesBody).map(\.status) == [.sent])
+    @Test func aMemoCanBeTakenBackOnlyInsideItsUndoWindowAndBeforeAnyAttempt() throws {
+        let accepted = DeliveryLifecycle.accepted(now: Self.now, undoMilliseconds: 10_000)
+        #expect(accepted.nextAttemptAt == Self.now + 10_000, "delivery waits exactly for the window")
+        #expect(!accepted.isDue(now: Self.now + 9_999) && accepted.isDue(now: Self.now + 10_000))
+        var inside = accepted
+        try inside.cancel(now: Self.now + 9_999)
+        #expect(inside.status == .cancelled && inside.erasesBody && !inside.isDue(now: .max))
+        var closed = accepted
+        #expect(throws: DeliveryLifecycle.Refusal(transition: "cancel", from: .queued)) {
+            try closed.cancel(now: Self.now + 10_000)
+        }
+        var noWindow = DeliveryLifecycle.accepted(now: Self.now)
+        #expect(throws: DeliveryLifecycle.Refusal.self) { try noWindow.cancel(now: Self.now) }
+        var requeued = DeliveryLifecycle(status: .queued, attempts: 1, nextAttemptAt: Self.now + 5_000)
+        #expect(throws: DeliveryLifecycle.Refusal.self, "attempted before: too late") { try requeued.cancel(now: Self.now) }
+    }
+
+    @Test func onlyADeliveredOrCancelledMemoErasesItsBody() {
+        #expect(Self.everyStatus.filter(\.erasesBody).map(\.status) == [.sent, .cancelled])
     }
 
     @Test func statusNamesAreTheOnesHistoryShows() {
-        #expect(DeliveryStatus.allCases.map(\.rawValue) == ["queued", "sending", "retrying", "sent", "failed", "held"])
+        #expect(DeliveryStatus.allCases.map(\.rawValue) == ["queued", "sending", "retrying", "sent", "failed", "held", "cancelled"])
     }
 
     // MARK: RetryPolicy

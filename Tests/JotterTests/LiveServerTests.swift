@@ -757,7 +757,7 @@ import Testing
         #expect(empty.status == 200)
         #expect(Self.object(empty)["status"] as? String == "ok")
         #expect(try Self.counts(server)
-                == ["queued": 0, "sending": 0, "retrying": 0, "sent": 0, "failed": 0, "held": 0])
+                == ["queued": 0, "sending": 0, "retrying": 0, "sent": 0, "failed": 0, "held": 0, "cancelled": 0])
         let canary = Self.canary("health")
         _ = try Self.post(server, type: "text/plain", canary)
         #expect(transport.waitUntilBlocked())

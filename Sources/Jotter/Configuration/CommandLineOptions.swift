@@ -86,6 +86,8 @@ public enum CommandLineOptions {
                                ps and shell history (JOTTER_RELAY_FILE)
           --slots N            deliveries in flight at once (JOTTER_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RETRY_CAP; default 3600)
+          --undo-seconds N     hold each memo N seconds before delivery, so it can be taken back
+                               (DELETE /history/ID; the page shows Undo) (JOTTER_UNDO_SECONDS; default 0: off)
           --warn-after SECONDS a memo not delivered after this long is a warning: once in the log,
                                in /healthz (degraded) and on the page (JOTTER_WARN_AFTER; default 3600)
           --lan                listen on every interface so a phone on your network can send:
@@ -150,7 +152,7 @@ public enum CommandLineOptions {
         let flags = ["--host": "JOTTER_HOST", "--port": "JOTTER_PORT", "--data-dir": "JOTTER_DATA_DIR",
                      "--relay": "JOTTER_RELAY", "--relay-file": "JOTTER_RELAY_FILE", "--slots": "JOTTER_SLOTS",
                      "--retry-cap": "JOTTER_RETRY_CAP", "--allowed-host": "JOTTER_ALLOWED_HOSTS",
-                     "--warn-after": "JOTTER_WARN_AFTER",
+                     "--warn-after": "JOTTER_WARN_AFTER", "--undo-seconds": "JOTTER_UNDO_SECONDS",
                      "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY",
                      "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
@@ -231,6 +233,12 @@ public enum CommandLineOptions {
                 throw UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
             }
             configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
+        }
+        if let undo = values["--undo-seconds"] {
+            guard let seconds = Int64(undo), (0...600).contains(seconds) else {
+                throw UsageError(description: "--undo-seconds must be a number of seconds from 0 to 600")
+            }
+            configuration.undoMilliseconds = seconds * 1000
         }
         if let warn = values["--warn-after"] {
             guard let seconds = Int64(warn), (1...30 * 86_400).contains(seconds) else {

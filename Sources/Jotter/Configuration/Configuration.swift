@@ -16,6 +16,8 @@ public struct Configuration: Sendable {
     /// Posting limit per client address; nil turns it off.
     public var rateLimit: RateLimiter.Limits? = RateLimiter.Limits(burst: 300, perSecond: 5)
     /// LAN mode: listen on every interface, serve HTTPS, require a paired device token off this machine.
+    /// How long each memo may be taken back before delivery starts (0: off).
+    public var undoMilliseconds: Int64 = 0
     public var lan = false
     /// In LAN mode, serve plain HTTP instead of HTTPS (not recommended: browsers then send no
     /// `Sec-Fetch-*` headers and the network can read memos).

@@ -48,9 +48,9 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         self.lastError = lastError
     }
 
-    /// A memo just accepted: queued, due at once.
-    public static func accepted(now: Int64) -> DeliveryLifecycle {
-        DeliveryLifecycle(status: .queued, nextAttemptAt: now)
+    /// A memo just accepted: queued, due at once, or when its undo window of `undoMilliseconds` ends.
+    public static func accepted(now: Int64, undoMilliseconds: Int64 = 0) -> DeliveryLifecycle {
+        DeliveryLifecycle(status: .queued, nextAttemptAt: now + max(undoMilliseconds, 0))
     }
 
     /// True when `claim(now:)` would succeed: queued or retrying and due, or sending with its lease run out.
@@ -58,12 +58,23 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         switch status {
         case .queued, .retrying: return (nextAttemptAt ?? now) <= now
         case .sending: return (leaseUntil ?? now) <= now
-        case .sent, .failed, .held: return false
+        case .sent, .failed, .held, .cancelled: return false
         }
     }
 
     /// True when the memo's body is no longer needed (the store erases it).
-    public var erasesBody: Bool { status == .sent }
+    public var erasesBody: Bool { status == .sent || status == .cancelled }
+
+    /// Takes the memo back: only while it is queued, never attempted, and its undo window (which ends
+    /// at its first due time) is still open at `now`.
+    public mutating func cancel(now: Int64) throws(Refusal) {
+        guard status == .queued, attempts == 0, let until = nextAttemptAt, now < until else {
+            throw Refusal(transition: "cancel", from: status)
+        }
+        status = .cancelled
+        nextAttemptAt = nil
+        lastError = nil
+    }
 
     /// Starts an attempt, held for `leaseMilliseconds`.
     public mutating func claim(now: Int64, leaseMilliseconds: Int64) throws(Refusal) {
@@ -118,7 +129,7 @@ public struct DeliveryLifecycle: Sendable, Equatable {
 
     /// The stored memo cannot be opened: keep it aside, never drop it.
     public mutating func hold(reason: String) throws(Refusal) {
-        guard status != .sent else { throw Refusal(transition: "hold", from: status) }
+        guard status != .sent, status != .cancelled else { throw Refusal(transition: "hold", from: status) }
         status = .held
         leaseUntil = nil
         nextAttemptAt = nil

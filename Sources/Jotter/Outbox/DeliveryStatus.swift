@@ -12,4 +12,6 @@ public enum DeliveryStatus: String, Sendable, CaseIterable, Codable {
     case failed
     /// Kept aside and not attempted (for example a row that cannot be opened with the current key).
     case held
+    /// Taken back inside its undo window, before any attempt: never delivered, its text erased.
+    case cancelled
 }

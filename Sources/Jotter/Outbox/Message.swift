@@ -6,12 +6,15 @@ public struct MemoDraft: Sendable, Equatable {
     public var body: String
     /// The client's `Idempotency-Key`, if it sent one.
     public var idempotencyKey: String?
+    /// How long the memo may be taken back (`DELETE /history/{id}`) before delivery starts.
+    public var undoMilliseconds: Int64
 
     /// A draft with the given fields.
-    public init(subject: String? = nil, body: String, idempotencyKey: String? = nil) {
+    public init(subject: String? = nil, body: String, idempotencyKey: String? = nil, undoMilliseconds: Int64 = 0) {
         self.subject = subject
         self.body = body
         self.idempotencyKey = idempotencyKey
+        self.undoMilliseconds = undoMilliseconds
     }
 }
 

@@ -29,7 +29,7 @@ struct MessageStore: Sendable {
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
                                   body: draft.body)
-        let lifecycle = DeliveryLifecycle.accepted(now: now)
+        let lifecycle = DeliveryLifecycle.accepted(now: now, undoMilliseconds: draft.undoMilliseconds)
         try database.run("""
             INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
                                   next_attempt_at, idempotency_hash, payload_hash)
@@ -122,6 +122,11 @@ struct MessageStore: Sendable {
             SELECT MIN(lease_until) FROM messages INDEXED BY messages_in_flight WHERE status = 'sending'
             """).firstRow { $0.optionalInt64(0) } ?? nil
         return [waiting, leases].compactMap { $0 }.min()
+    }
+
+    /// Forgets one memo's subject (a memo taken back keeps nothing of its text).
+    func eraseSubject(id: String, in database: Database) throws {
+        try database.run("UPDATE messages SET sealed_subject = NULL WHERE id = ?", [.text(id)])
     }
 
     /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms): not a lifecycle step.

@@ -200,6 +200,35 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// What `cancel(id:)` did.
+    public enum CancelOutcome: Sendable, Equatable {
+        case cancelled
+        case notFound
+        /// The undo window has closed (or the memo is on its way, or was never in one).
+        case tooLate(DeliveryStatus)
+    }
+
+    /// Takes a memo back inside its undo window: `cancelled`, its text erased, never delivered.
+    public func cancel(id: String, completion: @escaping @Sendable (Result<CancelOutcome, any Error>) -> Void) {
+        let now = clock.nowMilliseconds()
+        database.async { [store, database] in
+            completion(Result {
+                try database.transaction { database -> CancelOutcome in
+                    guard let before = try store.lifecycle(id: id, in: database) else { return .notFound }
+                    var after = before
+                    do throws(DeliveryLifecycle.Refusal) {
+                        try after.cancel(now: now)
+                    } catch {
+                        return .tooLate(error.from)
+                    }
+                    try store.persist(after, id: id, from: before.status, in: database)
+                    try store.eraseSubject(id: id, in: database)
+                    return .cancelled
+                }
+            })
+        }
+    }
+
     /// Puts every `failed` memo back in the queue (the relay configuration changed). Returns how many.
     @discardableResult
     public func requeueFailed() throws -> Int {

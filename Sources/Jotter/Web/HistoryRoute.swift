@@ -6,6 +6,8 @@ struct HistoryRoute: Sendable {
     var relayState: @Sendable () -> RelayState = { .ok }
     /// After how long an undelivered memo is stuck (`--warn-after`).
     var warnAfterMilliseconds: Int64 = 3_600_000
+    /// The undo window memos get by default (`--undo-seconds`).
+    var undoMilliseconds: Int64 = 0
     var clock: any WallClock = SystemClock()
     static let defaultLimit = 50
     static let maxLimit = 500
@@ -84,6 +86,25 @@ struct HistoryRoute: Sendable {
     }
 
     /// `GET /healthz`; `destination` (where memos go, no secrets) only for this machine's own page.
+    /// `DELETE /history/{id}`: takes a memo back inside its undo window (200 with its record), after
+    /// it `409 undo_window_closed`.
+    func cancel(id given: String, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        let id = given.lowercased()
+        guard Self.isMessageID(id) else {
+            return respond(.error(404, code: "not_found", message: "No memo has this id."))
+        }
+        outbox.cancel(id: id) { result in
+            switch result {
+            case .success(.cancelled): respond(one(id: id))
+            case .success(.notFound): respond(.error(404, code: "not_found", message: "No memo has this id."))
+            case .success(.tooLate):
+                respond(.error(409, code: "undo_window_closed",
+                               message: "Too late to take this memo back: its undo window has closed."))
+            case .failure: respond(Self.storageError)
+            }
+        }
+    }
+
     func health(destination: String? = nil) -> HTTPResponse {
         do {
             let counts = try outbox.history.counts()
@@ -99,6 +120,7 @@ struct HistoryRoute: Sendable {
                     json.field("oldest_seconds", stuck.oldest.map { max(0, (now - $0) / 1000) })
                     json.field("warn_after_seconds", warnAfterMilliseconds / 1000)
                 }
+                json.field("undo_seconds", undoMilliseconds / 1000)
                 json.key("relay")
                 Self.write(relay, to: &json)
                 if let destination { json.field("destination", destination) }

@@ -6,6 +6,9 @@ struct SendRoute: Sendable {
     let outbox: Outbox
     let rating: RatingStore?
     let limiter: RateLimiter?
+    /// The undo window every memo gets (`--undo-seconds`); a request may ask for its own with
+    /// `Undo-Seconds: N` (0–600), as the page does when its setting is on.
+    var undoMilliseconds: Int64 = 0
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -38,9 +41,18 @@ struct SendRoute: Sendable {
                            message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
             return
         }
+        var undo = undoMilliseconds
+        if let asked = request.headers["Undo-Seconds"] {
+            guard let seconds = Int64(asked), (0...600).contains(seconds) else {
+                respond(.error(400, code: "invalid_undo_seconds", message: "Undo-Seconds must be a number from 0 to 600."))
+                return
+            }
+            undo = seconds * 1000
+        }
         let navigation = Self.isFormNavigation(request)
         let fromPage = !navigation && request.headers["Sec-Fetch-Site"] == "same-origin"
-        outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first)) { result in
+        outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first,
+                                 undoMilliseconds: undo)) { result in
             switch result {
             case .success(let outcome):
                 var response = navigation

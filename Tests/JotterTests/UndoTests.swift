@@ -1,0 +1,66 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// The undo window: a memo held for N seconds can be taken back (`DELETE /history/{id}`) and then is
+/// never delivered and keeps no text; after the window it is `409`, and delivery starts exactly then.
+@Suite struct UndoTests {
+    static func send(_ server: TestServer, _ text: String, undo: Int? = nil) throws -> String {
+        var headers = [("Content-Type", "application/json")]
+        if let undo { headers.append(("Undo-Seconds", String(undo))) }
+        let response = try server.route("POST", "/send", headers: headers,
+                                        body: Array("{\"subject\":\"s \(text)\",\"body\":\"\(text)\"}".utf8))
+        #expect(response.status == 204)
+        return try #require(response.header("X-Message-Id"))
+    }
+
+    @Test func aMemoTakenBackInsideItsWindowIsNeverDeliveredAndKeepsNoText() throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler(clock: ManualClock(milliseconds: SystemClock().nowMilliseconds()))
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport, clock: scheduler.clock,
+                                    scheduler: scheduler) { $0.undoMilliseconds = 10_000 }
+        defer { server.stop() }
+        let id = try Self.send(server, "oops, not that")
+        let accepted = try #require(try server.outbox.history.record(id: id))
+        // Delivery waits for the window, and not a moment longer: the worker's timer is set for its end.
+        #expect(accepted.nextAttemptAt == accepted.createdAt + 10_000)
+        #expect(TestServer.waitUntil(timeout: 20) { scheduler.nextDeadline == accepted.createdAt + 10_000 })
+        scheduler.advance(milliseconds: 9_000)
+        let undone = try server.route("DELETE", "/history/\(id)")
+        #expect(undone.status == 200)
+        #expect((undone.json as? [String: Any])?["status"] as? String == "cancelled")
+        #expect((undone.json as? [String: Any])?["subject"] is NSNull)
+        scheduler.advance(milliseconds: 120_000)
+        server.application.worker.wake()
+        let second = try Self.send(server, "this one goes")  // proves the worker is alive
+        scheduler.advance(milliseconds: 10_000)
+        #expect(transport.waitUntilReceived(count: 1, timeout: 30))
+        #expect(transport.messages.map(\.id) == [second], "the taken-back memo was never handed to the relay")
+        #expect(try server.route("DELETE", "/history/\(id)").status == 409, "twice: already cancelled")
+        let database = try Database(path: server.dataDirectory + "/jotter.db")
+        defer { database.close() }
+        let payload = try database.statement("SELECT sealed_payload IS NULL AND sealed_subject IS NULL FROM messages WHERE id = ?")
+            .firstRow([.text(id)]) { $0.int64(0) }
+        #expect(payload == 1, "no sealed text left")
+    }
+
+    @Test func afterTheWindowItIsTooLateAndTheMemoGoesOut() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let plain = try Self.send(server, "no window")
+        let tooLate = try server.route("DELETE", "/history/\(plain)")
+        #expect(tooLate.status == 409)
+        #expect(tooLate.errorCode == "undo_window_closed")
+        let windowed = try Self.send(server, "short window", undo: 1)
+        #expect(transport.waitUntilReceived(count: 2, timeout: 30), "delivered once the second has passed")
+        #expect(try server.route("DELETE", "/history/\(windowed)").status == 409)
+        #expect(try server.route("DELETE", "/history/00000000-0000-4000-8000-000000000000").status == 404)
+        #expect(try server.route("POST", "/send", headers: [("Content-Type", "text/plain"), ("Undo-Seconds", "601")],
+                                 body: Array("x".utf8)).status == 400)
+        let health = try server.route("GET", "/healthz").json as? [String: Any]
+        #expect(health?["undo_seconds"] as? Int == 0)
+    }
+}
