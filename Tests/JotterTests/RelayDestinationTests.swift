@@ -39,3 +39,34 @@ import Testing
         #expect(throws: RelayURL.Failure.self) { try RelayURL("sendmail:?to=not-an-address") }
     }
 }
+
+/// The CA bundle a relay is verified with: `?ca=`, `SSL_CERT_FILE`, `CURL_CA_BUNDLE`, checked at start.
+@Suite struct RelayCATests {
+    @Test func aMissingCABundleIsRefusedAtStartNotAtTheFirstDelivery() throws {
+        let error = try #require(throws: RelayURL.Failure.self) {
+            try RelayURL("smtps://ana%40example.com:pw@smtp.example.com:465?ca=/no/such/ca.pem")
+        }
+        #expect("\(error)".contains("/no/such/ca.pem"))
+        #expect(!"\(error)".contains("pw@"), "never the URL itself")
+        let directory = TemporaryDirectory()
+        #expect(throws: RelayURL.Failure.self) { try RelayURL("resend://re_x?to=a@b.example&ca=\(directory.path)") }
+    }
+
+    @Test func sslCertFileAndCurlCABundleAreHonoured() throws {
+        let directory = TemporaryDirectory()
+        let bundle = directory.file("ca.pem")
+        #expect(FileManager.default.createFile(atPath: bundle, contents: Data("-----BEGIN CERTIFICATE-----\n".utf8)))
+        let url = try #require(URLParts("smtps://h.example:465"))
+        #expect(try RelayURL.caFile(url, environment: ["SSL_CERT_FILE": bundle]) == bundle)
+        #expect(try RelayURL.caFile(url, environment: ["CURL_CA_BUNDLE": bundle]) == bundle)
+        #expect(try RelayURL.caFile(url, environment: [:]) == nil, "the system's bundle")
+        let given = try #require(URLParts("smtps://h.example:465?ca=\(bundle)"))
+        #expect(try RelayURL.caFile(given, environment: ["SSL_CERT_FILE": "/elsewhere"]) == bundle, "?ca= first")
+        #expect(throws: RelayURL.Failure.self) { try RelayURL.caFile(url, environment: ["SSL_CERT_FILE": "/missing.pem"]) }
+    }
+
+    @Test func aPlusInFromIsAPlus() throws {
+        let relay = try RelayURL("smtp://ana:pw@mail.example.com?from=ana+jotter@example.com&to=ana@example.com")
+        #expect(relay.from?.address == "ana+jotter@example.com")
+    }
+}

@@ -93,7 +93,7 @@ public struct RelayURL: Sendable {
                 + (url.user.map { " as \($0)" } ?? "") + " → \(to.address)"
             transport = SMTPTransport(settings: .init(
                 host: url.host, port: url.portOrDefault ?? 587, implicitTLS: scheme == "smtps",
-                requireTLS: !tlsNone, username: url.user, password: url.password, caFile: url.queryValue("ca"),
+                requireTLS: !tlsNone, username: url.user, password: url.password, caFile: try Self.caFile(url),
                 timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 60))
         case "resend":
             let url = try Self.parts(relay)
@@ -116,11 +116,28 @@ public struct RelayURL: Sendable {
             destination = "resend:// (\(baseURL.host)) → \(to.address)"
             transport = ResendTransport(settings: .init(
                 apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
-                caFile: url.queryValue("ca"), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
+                caFile: try Self.caFile(url), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
         default:
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw Failure.unsupportedScheme(String(safe.prefix(20)))
         }
+    }
+
+    /// The CA bundle to verify the relay with: `?ca=PATH`, else `SSL_CERT_FILE` or `CURL_CA_BUNDLE`
+    /// (as OpenSSL and curl read them), else the system's. Checked now, not at the first delivery.
+    static func caFile(_ url: URLParts, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String? {
+        let given = url.queryValue("ca").map { ("?ca=", $0) }
+            ?? environment["SSL_CERT_FILE"].flatMap { $0.isEmpty ? nil : ("SSL_CERT_FILE", $0) }
+            ?? environment["CURL_CA_BUNDLE"].flatMap { $0.isEmpty ? nil : ("CURL_CA_BUNDLE", $0) }
+        guard let (source, path) = given else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw Failure.invalid("the CA bundle given by \(source) (\(path)) cannot be read: \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG, access(path, R_OK) == 0 else {
+            throw Failure.invalid("the CA bundle given by \(source) (\(path)) is not a readable file")
+        }
+        return path
     }
 
     private static func parts(_ relay: String) throws -> URLParts {
