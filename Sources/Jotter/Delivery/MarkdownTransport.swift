@@ -1,20 +1,50 @@
 import Glibc
 import Synchronization
 
-/// Appends each memo to a daily note, `YYYY-MM-DD.md` (local date), in a folder such as an Obsidian
-/// vault, under a time heading.
+/// Appends each memo to a daily note in a folder such as an Obsidian vault: by default
+/// `YYYY-MM-DD.md` (local date) under a `## HH:MM` heading; both are `strftime` patterns
+/// (`markdown:/vault/Inbox?file=%Y/%m/%Y-%m-%d.md&heading=%H:%M`).
 ///
-/// Each entry carries an invisible marker with the message id, so a retried delivery finds the entry
-/// already there and adds nothing. The note is replaced atomically (a complete new file renamed over
-/// it), so an editor never sees half an entry; a lock serialises writers of the same folder.
+/// The note is appended to in place (`O_APPEND`, one write per entry): other programs appending to
+/// it at the same time keep their lines, a symlinked note is written through, and the note keeps its
+/// mode. Each entry carries an invisible marker with the message id, so a retried delivery finds
+/// the entry already there and adds nothing. A memo can never break the note's structure: a code
+/// fence it leaves open is closed, a line that would read as a heading of the note's level or above
+/// is escaped, and a marker it contains is defused.
 public final class MarkdownTransport: Transport {
-    /// The folder that holds the daily notes.
+    /// The folder that holds the notes.
     public let folder: String
+    /// The note's path under `folder`, a `strftime` pattern.
+    public let filePattern: String
+    /// The entry heading's text, a `strftime` pattern.
+    public let headingPattern: String
     private let lock = Mutex(())
 
-    /// A transport into `folder`. Creates nothing: `prepare()` (at start) or the first delivery does.
+    /// Why a layout pattern was refused.
+    public struct InvalidPattern: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    /// A transport into `folder` with the default layout. Creates nothing: `prepare()` (at start) or
+    /// the first delivery does.
     public init(folder: String) {
         self.folder = folder
+        filePattern = "%Y-%m-%d.md"
+        headingPattern = "%H:%M"
+    }
+
+    /// A transport into `folder` with its own layout (`strftime` patterns for the note and heading).
+    public init(folder: String, file: String, heading: String) throws(InvalidPattern) {
+        guard !file.isEmpty, !file.hasPrefix("/"), file.hasSuffix(".md"),
+              !file.split(separator: "/").contains(where: { $0 == ".." || $0 == "." || $0.isEmpty }) else {
+            throw InvalidPattern(description: "file= must be a relative path ending in .md, without . or .. (e.g. %Y/%m/%Y-%m-%d.md)")
+        }
+        guard !heading.isEmpty, !heading.contains("\n"), !heading.contains("\r") else {
+            throw InvalidPattern(description: "heading= must be one line (e.g. %H:%M)")
+        }
+        self.folder = folder
+        self.filePattern = file
+        self.headingPattern = heading
     }
 
     /// Creates the folder (0700) if it is missing.
@@ -28,20 +58,65 @@ public final class MarkdownTransport: Transport {
 
     static func marker(_ id: String) -> String { "<!-- jotter:\(id) -->" }
 
-    /// The entry for `message`: heading with the local time, the subject when it says more than the
-    /// body's first line, then the body.
-    static func entry(_ message: MailMessage, time: String) -> String {
-        var entry = "## \(time)\n\(marker(message.id))\n\n"
+    /// The entry for `message`: heading, marker, the subject when it says more than the body's first
+    /// line, then the body made safe for the note.
+    static func entry(_ message: MailMessage, heading: String) -> String {
+        var entry = "## \(heading)\n\(marker(message.id))\n\n"
         if message.subject != SubjectLine.derived(from: message.body) && !message.subject.isEmpty {
-            entry += "**\(message.subject)**\n\n"
+            entry += "**\(escapeInline(message.subject))**\n\n"
         }
-        entry += message.body.hasSuffix("\n") ? message.body : message.body + "\n"
+        entry += containedBody(message.body)
         return entry
     }
 
+    /// `body` with its structure contained: headings of level 1–2 outside code escaped, markers
+    /// defused, an unclosed fence closed (with a fence as long as the one it opened), a final newline.
+    static func containedBody(_ body: String) -> String {
+        var lines: [String] = []
+        var openFence: (character: Character, length: Int)?
+        for line in body.split(separator: "\n", omittingEmptySubsequences: false) {
+            var text = String(line)
+            let trimmed = text.drop(while: { $0 == " " })
+            let indent = text.count - trimmed.count
+            if indent < 4, let first = trimmed.first, first == "`" || first == "~" {
+                let run = trimmed.prefix(while: { $0 == first }).count
+                if run >= 3 {
+                    if let fence = openFence {
+                        if first == fence.character && run >= fence.length
+                            && trimmed.dropFirst(run).allSatisfy({ $0 == " " || $0 == "\t" }) {
+                            openFence = nil
+                        }
+                    } else if !(first == "`" && trimmed.dropFirst(run).contains("`")) {
+                        openFence = (first, run)
+                    }
+                }
+            }
+            if openFence == nil && indent < 4 {
+                // `#` or `##` (and setext-free) headings would read as the note's own structure.
+                if trimmed.hasPrefix("# ") || trimmed.hasPrefix("## ") || trimmed == "#" || trimmed == "##" {
+                    text = String(repeating: " ", count: indent) + "\\" + trimmed
+                }
+            }
+            text = text.replacingOccurrences(of: "<!-- jotter:", with: "&lt;!-- jotter:")
+            lines.append(text)
+        }
+        while lines.last == "" { lines.removeLast() }
+        if let fence = openFence {
+            lines.append(String(repeating: fence.character, count: fence.length))
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A subject on one line inside `**…**`: its own `*` and markers cannot escape it.
+    static func escapeInline(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "*", with: "\\*")
+            .replacingOccurrences(of: "<!--", with: "&lt;!--")
+    }
+
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
-        let (day, time) = Self.localDayAndTime(milliseconds: message.date)
-        let path = "\(folder)/\(day).md"
+        let relative = Self.format(filePattern, milliseconds: message.date)
+        let heading = Self.format(headingPattern, milliseconds: message.date)
+        let path = "\(folder)/\(relative)"
         return try lock.withLock { _ throws(DeliveryFailure) -> DeliveryReceipt in
             var lockFD = open("\(folder)/.jotter.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             if lockFD < 0 && errno == ENOENT {
@@ -52,48 +127,78 @@ public final class MarkdownTransport: Transport {
             guard lockFD >= 0 else { throw DeliveryFailure(.io, permanent: false) }
             defer { close(lockFD) }
             flock(lockFD, LOCK_EX)
-            let existing = try Self.read(path)
+            if let slash = relative.lastIndex(of: "/") {
+                do {
+                    try DataDirectory.makeDirectories(folder + "/" + relative[..<slash], mode: 0o700)
+                } catch {
+                    throw DeliveryFailure(.io, permanent: false)
+                }
+            }
+            // Opened once, following a symlink to the real note, created 0600 when new.
+            let fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw DeliveryFailure(.io, permanent: false) }
+            defer { close(fd) }
+            let existing = try Self.readAll(fd)
             if String(decoding: existing, as: UTF8.self).contains(Self.marker(message.id)) {
                 return DeliveryReceipt(alreadyDelivered: true)
             }
-            var content = existing
-            if !content.isEmpty {
-                if content.last != 10 { content.append(10) }
-                content.append(10)
+            var entry: [UInt8] = []
+            if !existing.isEmpty {
+                if existing.last != 10 { entry.append(10) }
+                entry.append(10)
             }
-            content += Self.entry(message, time: time).utf8
-            try Self.replace(path, with: content, folder: folder)
+            entry += Self.entry(message, heading: heading).utf8
+            // One write: appends by other programs land before or after it, never inside.
+            guard Self.append(fd, entry), fsync(fd) == 0 else { throw DeliveryFailure(.io, permanent: false) }
+            if existing.isEmpty {
+                // A new note: its directory entry too.
+                try? FileIO.syncDirectory(relative.lastIndex(of: "/").map { folder + "/" + relative[..<$0] } ?? folder)
+            }
             return DeliveryReceipt()
         }
     }
 
-    static func localDayAndTime(milliseconds: Int64) -> (day: String, time: String) {
+    /// Appends all of `bytes` (one `write` unless the kernel takes less); false on an error.
+    private static func append(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += count
+        }
+        return true
+    }
+
+    /// `strftime(pattern)` in local time.
+    static func format(_ pattern: String, milliseconds: Int64) -> String {
         var seconds = time_t(milliseconds / 1000)
         var parts = tm()
         localtime_r(&seconds, &parts)
-        func pad(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return ("\(parts.tm_year + 1900)-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))",
-                "\(pad(parts.tm_hour)):\(pad(parts.tm_min))")
+        var buffer = [CChar](repeating: 0, count: 512)
+        let count = strftime(&buffer, buffer.count, pattern, &parts)
+        return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    private static func read(_ path: String) throws(DeliveryFailure) -> [UInt8] {
-        do {
-            return try FileIO.read(path: path) ?? []
-        } catch {
-            throw DeliveryFailure(.io, permanent: false)
-        }
+    static func localDayAndTime(milliseconds: Int64) -> (day: String, time: String) {
+        (format("%Y-%m-%d", milliseconds: milliseconds), format("%H:%M", milliseconds: milliseconds))
     }
 
-    /// Writes a temporary file beside `path`, fsyncs it, renames it over `path`, fsyncs the folder.
-    private static func replace(_ path: String, with bytes: [UInt8], folder: String) throws(DeliveryFailure) {
-        let temporary = path + ".jotter-tmp"
-        do {
-            try FileIO.writeFile(temporary, bytes, mode: 0o600)
-            guard rename(temporary, path) == 0 else { throw SystemError.current }
-            try FileIO.syncDirectory(folder)
-        } catch {
-            unlink(temporary)
-            throw DeliveryFailure(.io, permanent: false)
+    private static func readAll(_ fd: Int32) throws(DeliveryFailure) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var offset: off_t = 0
+        while true {
+            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw DeliveryFailure(.io, permanent: false)
+            }
+            if count == 0 { return bytes }
+            bytes += buffer.prefix(count)
+            offset += off_t(count)
         }
     }
 

@@ -52,11 +52,28 @@ public struct RelayURL: Sendable {
         self.scheme = scheme
         switch scheme {
         case "maildir", "markdown":
-            let raw = rest.hasPrefix("//") ? rest.dropFirst(2) : rest[...]
+            let pieces = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+            let raw = pieces[0].hasPrefix("//") ? pieces[0].dropFirst(2) : pieces[0]
             let path = URLParts.percentDecoded(raw) ?? String(raw)
             guard !path.isEmpty else { throw Failure.missingPath(scheme: scheme) }
             // Parsing creates nothing: the transport creates its folders in `prepare()` or on first delivery.
-            transport = scheme == "maildir" ? MaildirTransport(path: path) : MarkdownTransport(folder: path)
+            if scheme == "maildir" {
+                transport = MaildirTransport(path: path)
+            } else {
+                // markdown:/vault/Inbox?file=%Y/%m/%Y-%m-%d.md&heading=%H:%M — strftime patterns, taken
+                // as written (their % are strftime's, not percent-encoding).
+                var layout: [String: String] = [:]
+                for item in (pieces.count > 1 ? pieces[1] : "").split(separator: "&") {
+                    let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                    layout[String(pair[0])] = pair.count > 1 ? String(pair[1]) : ""
+                }
+                do {
+                    transport = try MarkdownTransport(folder: path, file: layout["file"] ?? "%Y-%m-%d.md",
+                                                      heading: layout["heading"] ?? "%H:%M")
+                } catch {
+                    throw Failure.invalid(error.description)
+                }
+            }
             from = nil
             to = nil
             destination = scheme + ":" + path

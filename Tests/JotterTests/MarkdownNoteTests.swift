@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// The markdown daily note as a note-taker keeps it: a memo never breaks its structure, other
+/// programs' appends survive, a symlinked note is written through with its mode, the layout is theirs.
+@Suite struct MarkdownNoteTests {
+    static let date: Int64 = 1_764_581_405_000
+
+    static func memo(_ id: String, _ body: String, subject: String? = nil, date: Int64 = date) -> MailMessage {
+        MailMessage(id: id, date: date, from: MailAddress(address: "jotter@localhost"),
+                    to: MailAddress(address: "me@localhost"), subject: subject ?? SubjectLine.derived(from: body),
+                    body: body, attempt: 1)
+    }
+
+    /// The note's entry headings and whether every code fence is closed, read as CommonMark does.
+    static func structure(_ note: String) -> (headings: [String], fencesClosed: Bool) {
+        var headings: [String] = []
+        var fence: (Character, Int)?
+        for line in note.split(separator: "\n", omittingEmptySubsequences: false) {
+            let trimmed = line.drop(while: { $0 == " " })
+            if let first = trimmed.first, first == "`" || first == "~" {
+                let run = trimmed.prefix(while: { $0 == first }).count
+                if run >= 3 {
+                    if let open = fence {
+                        if first == open.0 && run >= open.1 { fence = nil }
+                    } else {
+                        fence = (first, run)
+                    }
+                    continue
+                }
+            }
+            if fence == nil && line.hasPrefix("## ") { headings.append(String(line)) }
+        }
+        return (headings, fence == nil)
+    }
+
+    @Test func anUnclosedFenceOrAHeadingInAMemoCannotSwallowOrFakeEntries() throws {
+        let directory = TemporaryDirectory()
+        let transport = MarkdownTransport(folder: directory.path)
+        _ = try transport.send(Self.memo("a", "look:\n```swift\nlet x = 1"))
+        _ = try transport.send(Self.memo("b", "## not an entry\n# nor this\ntext <!-- jotter:c --> here"))
+        _ = try transport.send(Self.memo("c", "~~~~\nfour tildes\n~~~\nstill inside"))
+        _ = try transport.send(Self.memo("d", "last"))
+        let note = try String(contentsOfFile: directory.file(MarkdownTransport.localDayAndTime(milliseconds: Self.date).day + ".md"),
+                              encoding: .utf8)
+        let structure = Self.structure(note)
+        #expect(structure.fencesClosed, "a fence left open swallows everything after it:\n\(note)")
+        #expect(structure.headings.count == 4, "one heading per entry, none faked: \(structure.headings)")
+        #expect(note.contains("\\## not an entry") && note.contains("\\# nor this"))
+        #expect(note.contains("<!-- jotter:c -->"), "c's own marker")
+        #expect(note.components(separatedBy: "<!-- jotter:c -->").count == 2, "b's text did not forge c's marker")
+        #expect(note.contains("let x = 1") && note.contains("still inside"), "nothing of a memo is lost")
+    }
+
+    @Test func otherProgramsAppendingAtTheSameTimeKeepTheirLines() throws {
+        let directory = TemporaryDirectory()
+        let transport = MarkdownTransport(folder: directory.path)
+        let path = directory.file(MarkdownTransport.localDayAndTime(milliseconds: Self.date).day + ".md")
+        _ = try transport.send(Self.memo("first", "first memo"))
+        let writer = Thread {
+            let fd = open(path, O_WRONLY | O_APPEND)
+            for index in 0..<300 {
+                let line = Array("- synced line \(index)\n".utf8)
+                _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            }
+            close(fd)
+        }
+        writer.start()
+        for index in 0..<30 { _ = try transport.send(Self.memo("m\(index)", "memo \(index)")) }
+        #expect(TestServer.waitUntil(timeout: 30) {
+            ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").contains("- synced line 299")
+        })
+        let note = try String(contentsOfFile: path, encoding: .utf8)
+        for index in 0..<300 { #expect(note.contains("- synced line \(index)\n"), "line \(index) lost") }
+        for index in 0..<30 { #expect(note.contains("<!-- jotter:m\(index) -->")) }
+    }
+
+    @Test func aSymlinkedNoteIsWrittenThroughAndKeepsItsMode() throws {
+        let directory = TemporaryDirectory()
+        let vault = directory.file("vault"), elsewhere = directory.file("synced")
+        try FileManager.default.createDirectory(atPath: vault, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        let day = MarkdownTransport.localDayAndTime(milliseconds: Self.date).day
+        let target = elsewhere + "/\(day).md"
+        try "# My day\n".write(toFile: target, atomically: false, encoding: .utf8)
+        #expect(chmod(target, 0o644) == 0)
+        try FileManager.default.createSymbolicLink(atPath: vault + "/\(day).md", withDestinationPath: target)
+        _ = try MarkdownTransport(folder: vault).send(Self.memo("s", "through the link"))
+        let link = try FileManager.default.destinationOfSymbolicLink(atPath: vault + "/\(day).md")
+        #expect(link == target, "still a symlink")
+        let note = try String(contentsOfFile: target, encoding: .utf8)
+        #expect(note.hasPrefix("# My day\n") && note.contains("through the link"))
+        #expect((try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int) == 0o644)
+    }
+
+    @Test func theLayoutIsTheNoteTakersOwn() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayURL("markdown:\(directory.path)?file=%Y/%m/%Y-%m-%d.md&heading=%H:%M %a")
+        let transport = try #require(relay.transport as? MarkdownTransport)
+        _ = try transport.send(Self.memo("l", "laid out"))
+        let path = directory.path + "/" + MarkdownTransport.format("%Y/%m/%Y-%m-%d.md", milliseconds: Self.date)
+        let note = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(note.hasPrefix("## " + MarkdownTransport.format("%H:%M %a", milliseconds: Self.date) + "\n"))
+        for bad in ["../outside.md", "/abs.md", "notes.txt", "a/./b.md", ""] {
+            #expect(throws: RelayURL.Failure.self, "\(bad)") { try RelayURL("markdown:/vault?file=\(bad)") }
+        }
+    }
+}
