@@ -70,3 +70,17 @@ import Testing
         #expect(relay.from?.address == "ana+jotter@example.com")
     }
 }
+
+/// What an SMTP failure is called: a wrong password (535) is `auth`; a login refused without any
+/// reply about it (the server offers AUTH only after STARTTLS, and `?tls=none` skipped that) is
+/// `configuration`, not a wrong password.
+@Suite struct SMTPFailureKindTests {
+    @Test func aLoginThatWasNeverOfferedIsAConfigurationProblem() {
+        let denied = CurlError(code: 67)  // CURLE_LOGIN_DENIED
+        #expect(SMTPTransport.failure(curl: denied, reply: 535).kind == .auth)
+        #expect(SMTPTransport.failure(curl: denied, reply: 250).kind == .configuration)
+        #expect(SMTPTransport.failure(curl: denied, reply: 0).kind == .configuration)
+        #expect(SMTPTransport.failure(curl: CurlError(code: 7), reply: 0).kind == .unreachable)
+        #expect(SMTPTransport.failure(curl: CurlError(code: 55), reply: 451).kind == .serverError)
+    }
+}

@@ -66,7 +66,15 @@ public struct SMTPTransport: Transport {
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
         case 400..<500: return DeliveryFailure(.serverError, permanent: false)
         case 500..<600: return DeliveryFailure(.rejected, permanent: true)
-        default: return DeliveryFailure(curl: error)
+        default:
+            // A login refused with no 5xx reply: the server never offered a mechanism to log in with —
+            // typically it offers AUTH only after STARTTLS, and ?tls=none skipped that. Not a wrong
+            // password: the configuration needs changing.
+            let code = CURLcode(rawValue: UInt32(error.code))
+            if code == CURLE_LOGIN_DENIED || code == CURLE_AUTH_ERROR {
+                return DeliveryFailure(.configuration, permanent: true)
+            }
+            return DeliveryFailure(curl: error)
         }
     }
 
