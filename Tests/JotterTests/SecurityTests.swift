@@ -167,6 +167,46 @@ import Testing
         #expect(!server.logs.captured.contains(device))
     }
 
+    /// The default: this machine needs no token, a phone on the LAN does. The peer's address decides,
+    /// not the Host it names (router-level, so the phone can have a LAN address).
+    @Test func thisMachineIsTrustedAndAPhoneOnTheLANIsNot() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.allowedHosts = ["jotter.lan"]
+            $0.http.host = "127.0.0.1"
+        }
+        defer { server.stop() }
+        let phone = "192.168.1.50", host = [("Host", "jotter.lan:\(server.port)")]
+        let memo = [("Content-Type", "text/plain")], body = Array("a memo".utf8)
+        for machine in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            #expect(try server.route("POST", "/send", headers: host + memo, body: body, from: machine).status == 204,
+                    "from \(machine)")
+        }
+        let state = try server.route("GET", "/pairing", headers: host).json as? [String: Any]
+        #expect(state?["state"] as? String == "this_machine")
+
+        let refused = try server.route("POST", "/send", headers: host + memo, body: body, from: phone)
+        #expect(refused.status == 401 && refused.errorCode == "not_paired")
+        #expect(try server.route("GET", "/history", headers: host, from: phone).status == 401)
+        #expect(try server.route("GET", "/", headers: host, from: phone).status == 200, "the page is public")
+        let phoneState = try server.route("GET", "/pairing", headers: host, from: phone).json as? [String: Any]
+        #expect(phoneState?["state"] as? String == "not_paired")
+        #expect(phoneState?["can_pair_others"] as? Bool == false)
+        let link = try server.route("POST", "/pair/link", headers: host, from: phone)
+        #expect(link.status == 403 && link.errorCode == "not_this_machine", "links are for this machine only")
+
+        let pairing = try #require(server.application.lanInfo?.pairingToken)
+        let paired = try server.route("POST", "/pair", headers: host + [("Content-Type", "application/json")],
+                                      body: Array("{\"pairing_token\":\"\(pairing)\"}".utf8), from: phone)
+        #expect(paired.status == 201)
+        let device = try #require((paired.json as? [String: Any])?["device_token"] as? String)
+        let bearer = [("Authorization", "Bearer \(device)")]
+        #expect(try server.route("POST", "/send", headers: host + memo + bearer, body: body, from: phone).status == 204)
+        #expect(try server.route("GET", "/history", headers: host + bearer, from: phone).status == 200)
+    }
+
     @Test func expiredPairingTokenAndRevokedDeviceAreRefused() throws {
         let directory = TemporaryDirectory()
         let clock = ManualClock(milliseconds: 1_800_000_000_000)
