@@ -283,7 +283,8 @@ import Testing
         }
         let stop = Drip.start(sockets)
         defer { stop() }
-        Thread.sleep(forTimeInterval: 1.2)
+        // Not a fixed wait: until the server holds all sixteen slow requests (their headers are in).
+        #expect(server.waitUntil { server.application.server.activeRequests.load(ordering: .acquiring) == 16 })
         let started = Date()
         let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                           body: Array("still served".utf8))
