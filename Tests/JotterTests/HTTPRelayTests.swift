@@ -374,8 +374,8 @@ import Testing
             #expect(!String(decoding: request.body, as: UTF8.self).contains(Self.apiKey))
             #expect(!request.path.contains(Self.apiKey))
         }
-        let texts = [server.logs.captured, try server.request("GET", "/history").text,
-                     try server.request("GET", "/history/" + id).text, try server.request("GET", "/healthz").text]
+        let texts = [server.logs.captured, try server.route("GET", "/history").text,
+                     try server.route("GET", "/history/" + id).text, try server.route("GET", "/healthz").text]
         for text in texts {
             #expect(!text.contains(Self.apiKey) && !text.contains("SecretApiKey"))
         }

@@ -150,7 +150,7 @@ import Testing
         #expect(!later.raw.contains("example refusal text"), "server text reached /history")
 
         try fixture.smtp.acceptAll()
-        let retry = try server.request("POST", "/history/\(id)/retry")
+        let retry = try server.route("POST", "/history/\(id)/retry")
         #expect(retry.status == 202, "\(retry.text)")
         let requeued = try DeliveryKit.entry(from: retry)
         #expect(["queued", "sending", "sent"].contains(requeued.status), "\(requeued)")
@@ -164,8 +164,8 @@ import Testing
         #expect(try DeliveryKit.parse(atPath: received[0].path).messageID == Self.messageID(id))
 
         // A sent memo cannot be retried, an unknown one is not found; neither sends anything.
-        #expect(try server.request("POST", "/history/\(id)/retry").status == 409)
-        #expect(try server.request("POST", "/history/00000000-0000-4000-8000-000000000000/retry").status == 404)
+        #expect(try server.route("POST", "/history/\(id)/retry").status == 409)
+        #expect(try server.route("POST", "/history/00000000-0000-4000-8000-000000000000/retry").status == 404)
         usleep(200_000)
         #expect(fixture.smtp.received.count == 1)
     }
@@ -265,8 +265,8 @@ import Testing
         #expect(received[0].login == "jotter")
         #expect(received[0].tls)
 
-        let texts = [server.logs.captured, try server.request("GET", "/history").text, entry.raw,
-                     try server.request("GET", "/healthz").text]
+        let texts = [server.logs.captured, try server.route("GET", "/history").text, entry.raw,
+                     try server.route("GET", "/healthz").text]
         for text in texts {
             #expect(!text.contains(password) && !text.contains(encoded) && !text.contains("S3cr3t"))
         }
