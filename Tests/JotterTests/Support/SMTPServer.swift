@@ -207,7 +207,8 @@ final class SMTPServer: @unchecked Sendable {
             .filter { $0.hasSuffix(".eml") }.sorted().map { directory + "/rejected/" + $0 }
     }
 
-    /// The server's event log: `MAIL tls=0|1`, `RCPT refused 451`, `DATA accepted 0001`, `AUTH PLAIN ok`, …
+    /// The server's event log: `MAIL tls=0|1`, `RCPT refused 451`, `DATA accepted 0001`, `AUTH PLAIN ok`,
+    /// `TIMEOUT` (hung up on a connection idle longer than `idleTimeoutSeconds`), …
     var events: [String] {
         ((try? String(contentsOfFile: directory + "/events.log", encoding: .utf8)) ?? "")
             .split(separator: "\n").map(String.init)
