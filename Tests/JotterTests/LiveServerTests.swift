@@ -565,6 +565,22 @@ import Testing
         Self.expectSecurityHeaders(twoLengths, "400 (framing)")
     }
 
+    /// HEAD is routed as GET; the HTTP layer sends the headers without the body (over a socket: at the
+    /// router a HEAD still has its body).
+    @Test func headGetsThePageHeadersWithoutTheBody() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let get = try server.request("GET", "/")
+        let head = try server.request("HEAD", "/")
+        #expect(head.status == 200)
+        #expect(head.body.isEmpty)
+        #expect(head.header("Content-Length") == String(get.body.count), "the length the GET would have")
+        #expect(head.header("Content-Type") == get.header("Content-Type"))
+        #expect(head.header("Content-Security-Policy") == get.header("Content-Security-Policy"))
+        Self.expectSecurityHeaders(head, "HEAD /")
+    }
+
     @Test func pageFocusesTheTextareaAndAllowsOnlyItsOwnInlineCode() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
