@@ -940,6 +940,36 @@ import Testing
         return try result.withLock { $0! }.get().id
     }
 
+    // MARK: The request log (the HTTP layer writes it once a response is sent: over a socket)
+
+    @Test func theRequestLogNamesTheRouteNeverThePath() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let secret = Self.canary("path")
+        let sent = try Self.postOnTheWire(server, "/send?\(secret)=1", type: "text/plain", "logged by its id")
+        let id = try #require(sent.header("X-Message-Id"))
+        #expect(try server.request("GET", "/history/\(id)").status == 200)
+        #expect(try server.request("BREW", "/\(secret)").status == 404)
+        // Each line's metadata as a dictionary (its order is not fixed; no value holds a space).
+        func requests() -> [[String: String]] {
+            server.logs.captured.split(separator: "\n").filter { $0.contains(" http: request ") }.map { line in
+                Dictionary(line.split(separator: " ").compactMap { field -> (String, String)? in
+                    let pair = field.split(separator: "=", maxSplits: 1)
+                    return pair.count == 2 ? (String(pair[0]), String(pair[1])) : nil
+                }, uniquingKeysWith: { first, _ in first })
+            }
+        }
+        #expect(server.waitUntil { requests().count == 3 }, "\(requests())")
+        let lines = requests()
+        #expect(lines.contains { $0["method"] == "POST" && $0["path"] == "/send" && $0["status"] == "204"
+                && $0["message.id"] == id }, "\(lines)")
+        #expect(lines.contains { $0["method"] == "GET" && $0["path"] == "/history/{id}" && $0["status"] == "200" },
+                "\(lines)")
+        #expect(lines.contains { $0["method"] == "OTHER" && $0["path"] == "-" && $0["status"] == "404" }, "\(lines)")
+        Self.expectNoLeak(server, [secret])
+    }
+
     // MARK: Framing the server refuses (the HTTP layer's, over a socket)
 
     static let badFraming: [(String, String)] = [
