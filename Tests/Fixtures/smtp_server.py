@@ -14,7 +14,8 @@ Everything lands in --outdir:
   NNNN.eml / NNNN.json        each accepted message: the raw bytes as received after DATA
                               (dot-unstuffed) and its envelope {mail_from, rcpt_tos, tls, login}
   rejected/NNNN.eml           a message refused at the end of DATA (its bytes were received)
-  events.log                  one line per MAIL / refusal / AUTH, e.g. "MAIL tls=1"
+  events.log                  one line per MAIL / refusal / AUTH / idle hang-up, e.g. "MAIL tls=1",
+                              "TIMEOUT" (so a test can wait for the hang-up instead of sleeping)
   control.json                read at every RCPT and end of DATA (the test may rewrite it):
                               {"rcpt": {"reply": "451 4.3.0 Try later", "count": 1},
                                "data": {"reply": "554 5.7.1 No", "count": -1}}
@@ -103,6 +104,20 @@ def login_of(session):
     return data if isinstance(data, str) else None
 
 
+class RecordingSMTP(SMTP):
+    """aiosmtpd's SMTP, also recording when it hangs up on a connection left idle too long."""
+
+    def __init__(self, recorder, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.jotter_recorder = recorder
+
+    def _timeout_cb(self):
+        super()._timeout_cb()
+        # Recorded once the hang-up is on the wire: TLS writes its close_notify within close(), and a
+        # plain socket is closed by a callback that close() has just queued ahead of this one.
+        self.loop.call_soon(self.jotter_recorder.event, "TIMEOUT")
+
+
 class Handler:
     def __init__(self, recorder):
         self.recorder = recorder
@@ -182,7 +197,7 @@ async def serve(args):
                        auth_require_tls=args.mode != "tls")
     handler = Handler(recorder)
     server = await loop.create_server(
-        lambda: SMTP(handler, loop=loop, **options),
+        lambda: RecordingSMTP(recorder, handler, loop=loop, **options),
         host="127.0.0.1", port=args.port, ssl=context if args.mode == "tls" else None)
     print(server.sockets[0].getsockname()[1], flush=True)
     await asyncio.Event().wait()

@@ -9,8 +9,9 @@ import Testing
     static let apiKey = "re_Zq7SecretApiKey_4f19"
 
     private static func jotter(_ directory: TemporaryDirectory, relay: String, slots: Int = 2,
-                               base: Int64 = 50, cap: Int64 = 1000, probe: Int64 = 200) throws -> TestServer {
-        try TestServer(dataDirectory: directory.file("data"), relay: relay) { configuration in
+                               base: Int64 = 50, cap: Int64 = 1000, probe: Int64 = 200,
+                               transport: (any Transport)? = nil) throws -> TestServer {
+        try TestServer(dataDirectory: directory.file("data"), transport: transport, relay: relay) { configuration in
             configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: base, capMilliseconds: cap)
             configuration.delivery.offlineProbeMilliseconds = probe
             configuration.delivery.slots = slots
@@ -80,7 +81,8 @@ import Testing
         #expect(entry.status == scenario.status, "\(entry)")
         if scenario.status == "failed" || scenario.status == "held" {
             #expect(entry.lastError == scenario.lastError)
-            usleep(300_000)
+            #expect(entry.nextAttemptAt == nil, "nothing scheduled")
+            #expect(try server.finishDeliveries(), "nothing left to deliver")
             #expect(try DeliveryKit.entry(server, id).attempts == 1, "a permanent failure is not retried")
         } else {
             #expect(entry.lastError == nil)
@@ -153,7 +155,8 @@ import Testing
         // The same configuration again: the memo stays held (kept; the relay is tested again only on
         // its slow schedule or a Retry, not at every start).
         let same = try Self.jotter(directory, relay: relay.relayURL(key: "re_revoked_key"))
-        usleep(300_000)
+        // start() releases (or not) before it returns: with nothing due, the worker has nothing to claim.
+        #expect(try same.outbox.nextDueAt() == nil, "nothing re-queued")
         #expect(try DeliveryKit.entry(same, id).status == "held")
         same.stop()
         #expect(relay.requests.count == 1)
@@ -298,7 +301,9 @@ import Testing
         // A 20 s backoff: a memo that walked the ladder could not arrive within this test's bounds.
         let relayURL = "resend://\(Self.apiKey)?to=me@example.com&from=jotter@example.com"
             + "&base=http://127.0.0.1:\(port)&timeout=2"
-        let server = try Self.jotter(directory, relay: relayURL, base: 20_000, cap: 60_000, probe: 200)
+        let probes = ProbeCounter(try RelayURL(relayURL).transport)
+        let server = try Self.jotter(directory, relay: relayURL, base: 20_000, cap: 60_000, probe: 200,
+                                     transport: probes)
         defer { server.stop() }
 
         var ids: [String] = []
@@ -306,7 +311,7 @@ import Testing
             ids.append(try DeliveryKit.send(server, body: "offline memo \(number)"))  // 204: on disk
         }
         #expect(server.waitUntil { server.logs.captured.contains("relay unreachable; probing") })
-        usleep(700_000)  // several failed probes
+        #expect(server.waitUntil { probes.failedProbes >= 3 }, "several failed probes")
         for id in ids {
             let entry = try DeliveryKit.entry(server, id)
             #expect(["queued", "retrying"].contains(entry.status), "\(entry)")
@@ -375,8 +380,8 @@ import Testing
             #expect(!String(decoding: request.body, as: UTF8.self).contains(Self.apiKey))
             #expect(!request.path.contains(Self.apiKey))
         }
-        let texts = [server.logs.captured, try server.request("GET", "/history").text,
-                     try server.request("GET", "/history/" + id).text, try server.request("GET", "/healthz").text]
+        let texts = [server.logs.captured, try server.route("GET", "/history").text,
+                     try server.route("GET", "/history/" + id).text, try server.route("GET", "/healthz").text]
         for text in texts {
             #expect(!text.contains(Self.apiKey) && !text.contains("SecretApiKey"))
         }

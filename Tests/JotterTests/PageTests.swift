@@ -34,26 +34,26 @@ import Testing
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }
         for tag in Localization.supported {
-            let page = try server.request("GET", "/?lang=\(tag)")
+            let page = try server.route("GET", "/?lang=\(tag)")
             #expect(page.status == 200)
             #expect(page.header("Content-Language") == tag)
             let html = page.text
             #expect(html.contains("<html lang=\"\(tag)\" dir=\"\(tag == "ar" ? "rtl" : "ltr")\">"), "\(tag)")
             #expect(!html.contains("{{"), "\(tag): every placeholder filled")
             #expect(html.contains("autofocus"))
-            let strings = try server.request("GET", "/i18n/\(tag).json")
+            let strings = try server.route("GET", "/i18n/\(tag).json")
             #expect(strings.status == 200)
             #expect((strings.json as? [String: String])?["send"] != nil, "\(tag)")
         }
-        #expect(try server.request("GET", "/i18n/xx.json").status == 404)
+        #expect(try server.route("GET", "/i18n/xx.json").status == 404)
     }
 
     @Test func gzipIsTheSamePageInAThirdOfTheBytes() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }
-        let plain = try server.request("GET", "/?lang=ru")
-        let zipped = try server.request("GET", "/?lang=ru", headers: [("Accept-Encoding", "gzip, br")])
+        let plain = try server.route("GET", "/?lang=ru")
+        let zipped = try server.route("GET", "/?lang=ru", headers: [("Accept-Encoding", "gzip, br")])
         #expect(zipped.header("Content-Encoding") == "gzip")
         #expect(plain.header("Content-Encoding") == nil)
         #expect(zipped.header("Vary")?.contains("Accept-Encoding") == true)
@@ -64,7 +64,7 @@ import Testing
                                       input: zipped.body)
         #expect(Array(unzipped.utf8) == plain.body)
         #expect(zipped.header("Content-Security-Policy") == plain.header("Content-Security-Policy"))
-        let refused = try server.request("GET", "/", headers: [("Accept-Encoding", "gzip;q=0")])
+        let refused = try server.route("GET", "/", headers: [("Accept-Encoding", "gzip;q=0")])
         #expect(refused.header("Content-Encoding") == nil)
     }
 }

@@ -23,20 +23,20 @@ import Testing
         + "Chrome/131.0.0.0 Mobile Safari/537.36"
 
     static func send(_ server: TestServer, token: String?) throws -> RawHTTP.Response {
-        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")]
+        try server.route("POST", "/send", headers: [("Content-Type", "text/plain")]
             + (token.map { [("Authorization", "Bearer \($0)")] } ?? []), body: Array("from the phone".utf8))
     }
 
     static func pair(_ server: TestServer, _ token: String, userAgent: String = pixel,
                      extra: [(String, String)] = []) throws -> RawHTTP.Response {
-        try server.request("POST", "/pair", headers: [("Content-Type", "application/json"),
-                                                      ("User-Agent", userAgent)] + extra,
-                           body: Array("{\"pairing_token\":\"\(token)\"}".utf8))
+        try server.route("POST", "/pair", headers: [("Content-Type", "application/json"),
+                                                    ("User-Agent", userAgent)] + extra,
+                         body: Array("{\"pairing_token\":\"\(token)\"}".utf8))
     }
 
     /// A fresh link, as the computer's page asks for one.
     static func newLink(_ server: TestServer) throws -> [String: Any] {
-        let response = try server.request("POST", "/pair/link", headers: [("Origin", "http://127.0.0.1:\(server.port)")])
+        let response = try server.route("POST", "/pair/link", headers: [("Origin", "http://127.0.0.1:\(server.port)")])
         #expect(response.status == 201, "POST /pair/link: \(response.status) \(response.text)")
         return try #require(response.json as? [String: Any])
     }
@@ -46,8 +46,8 @@ import Testing
     }
 
     static func state(_ server: TestServer, token: String?) throws -> [String: Any] {
-        let response = try server.request("GET", "/pairing",
-                                          headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
+        let response = try server.route("GET", "/pairing",
+                                        headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
         #expect(response.status == 200)
         return try #require(response.json as? [String: Any])
     }
@@ -62,7 +62,7 @@ import Testing
             #expect(refused.status == 401 && refused.errorCode == "not_paired")
             #expect(refused.header("WWW-Authenticate") == "Bearer")
         }
-        #expect(try server.request("GET", "/history").errorCode == "not_paired")
+        #expect(try server.route("GET", "/history").errorCode == "not_paired")
         let link = try Self.newLink(server)
         let token = try Self.deviceToken(try Self.pair(server, try #require(link["token"] as? String)))
         #expect(try Self.send(server, token: token).status == 204)
@@ -158,7 +158,9 @@ import Testing
                                   remoteAddress: "192.168.1.33")
         let refused = route.link(fromLAN)
         #expect(refused.status == 403)
-        let crossSite = try server.request("POST", "/pair/link", headers: [("Origin", "http://evil.example")])
+        let throughPolicy = try server.route("POST", "/pair/link", from: "192.168.1.33")
+        #expect(throughPolicy.status == 403 && throughPolicy.errorCode == "not_this_machine")
+        let crossSite = try server.route("POST", "/pair/link", headers: [("Origin", "http://evil.example")])
         #expect(crossSite.status == 403 && crossSite.errorCode == "cross_origin")
         let link = try Self.newLink(server)
         let urls = try #require(link["urls"] as? [String])
@@ -180,10 +182,10 @@ import Testing
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }
         for (method, path) in [("GET", "/pairing"), ("POST", "/pair/link"), ("GET", "/jotter-ca.crt")] {
-            let response = try server.request(method, path)
+            let response = try server.route(method, path)
             #expect(response.status == 404 && response.errorCode == "not_lan_mode", "\(method) \(path)")
         }
-        #expect(try server.request("GET", "/").header("Accept-CH") == nil)
+        #expect(try server.route("GET", "/").header("Accept-CH") == nil)
     }
 
     @Test("In LAN mode the page asks for client hints (the device name's model)")
@@ -191,7 +193,7 @@ import Testing
         let directory = TemporaryDirectory()
         let server = try Self.lanServer(directory)
         defer { server.stop() }
-        let page = try server.request("GET", "/")
+        let page = try server.route("GET", "/")
         #expect(page.status == 200)
         #expect(page.header("Accept-CH")?.contains("Sec-CH-UA-Model") == true)
     }
@@ -203,13 +205,13 @@ import Testing
         defer { server.stop() }
         let form = [("Content-Type", "application/x-www-form-urlencoded"), ("Sec-Fetch-Mode", "navigate"),
                     ("Sec-Fetch-Site", "same-origin"), ("Origin", "http://127.0.0.1:\(server.port)")]
-        let sent = try server.request("POST", "/?lang=de", headers: form, body: Array("subject=&body=Milch".utf8))
+        let sent = try server.route("POST", "/?lang=de", headers: form, body: Array("subject=&body=Milch".utf8))
         #expect(sent.status == 303)
         #expect(sent.header("Location") == "/?lang=de")
-        let empty = try server.request("POST", "/?lang=de", headers: form, body: Array("subject=&body=".utf8))
+        let empty = try server.route("POST", "/?lang=de", headers: form, body: Array("subject=&body=".utf8))
         #expect(empty.status == 303 && empty.header("Location") == "/?lang=de")
-        let hostile = try server.request("POST", "/?lang=de%0d%0aSet-Cookie:x", headers: form,
-                                         body: Array("body=x".utf8))
+        let hostile = try server.route("POST", "/?lang=de%0d%0aSet-Cookie:x", headers: form,
+                                       body: Array("body=x".utf8))
         #expect(hostile.header("Location") == "/")
     }
 }

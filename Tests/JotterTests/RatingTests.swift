@@ -49,12 +49,12 @@ import Testing
     private func send(_ server: TestServer, fromPage: Bool) throws -> RawHTTP.Response {
         let page = fromPage ? [("Sec-Fetch-Site", "same-origin"), ("Sec-Fetch-Mode", "cors"),
                                ("Origin", "http://127.0.0.1:\(server.port)")] : []
-        return try server.request("POST", "/send", headers: [("Content-Type", "text/plain")] + page,
-                                  body: Array("memo".utf8))
+        return try server.route("POST", "/send", headers: [("Content-Type", "text/plain")] + page,
+                                body: Array("memo".utf8))
     }
 
     private func rating(_ server: TestServer, _ json: String) throws -> RawHTTP.Response {
-        try server.request("POST", "/rating", headers: [("Content-Type", "application/json")], body: Array(json.utf8))
+        try server.route("POST", "/rating", headers: [("Content-Type", "application/json")], body: Array(json.utf8))
     }
 
     @Test func theHundredthPageSendInvitesThePromptAndEventsAreKeptAcrossRestarts() throws {
@@ -74,7 +74,7 @@ import Testing
         }
         let server = try TestServer(dataDirectory: data)
         defer { server.stop() }
-        let state = try #require(try server.request("GET", "/rating").json as? [String: Any])
+        let state = try #require(try server.route("GET", "/rating").json as? [String: Any])
         #expect(state["sends"] as? Int == 101)
         #expect(state["shown_at"] is String)
         #expect(state["dismissed_at"] is String)
@@ -96,11 +96,11 @@ import Testing
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }
-        let pair = try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                      body: Array("{\"pairing_token\":\"x\"}".utf8))
+        let pair = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                    body: Array("{\"pairing_token\":\"x\"}".utf8))
         #expect(pair.status == 404)
         #expect(pair.errorCode == "not_lan_mode")
-        let trace = try server.request("TRACE", "/pair")
+        let trace = try server.route("TRACE", "/pair")
         #expect(trace.status == 405)
         #expect(trace.header("Allow") == "POST")
     }

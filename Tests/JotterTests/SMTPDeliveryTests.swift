@@ -140,8 +140,10 @@ import Testing
         #expect(failed.status == "failed", "\(failed)")
         #expect(failed.lastError == "rejected")
         #expect(failed.attempts == 1)
-        // Permanent: not retried on its own, and kept (not deleted).
-        usleep(400_000)
+        // Permanent: not retried on its own (nothing is scheduled, so the worker has nothing to claim),
+        // and kept (not deleted).
+        #expect(failed.nextAttemptAt == nil)
+        #expect(try server.outbox.nextDueAt() == nil, "nothing left to deliver")
         let later = try DeliveryKit.entry(server, id)
         #expect(later.status == "failed" && later.attempts == 1, "\(later)")
         #expect(later.subject == "refused")
@@ -150,7 +152,7 @@ import Testing
         #expect(!later.raw.contains("example refusal text"), "server text reached /history")
 
         try fixture.smtp.acceptAll()
-        let retry = try server.request("POST", "/history/\(id)/retry")
+        let retry = try server.route("POST", "/history/\(id)/retry")
         #expect(retry.status == 202, "\(retry.text)")
         let requeued = try DeliveryKit.entry(from: retry)
         #expect(["queued", "sending", "sent"].contains(requeued.status), "\(requeued)")
@@ -164,9 +166,9 @@ import Testing
         #expect(try DeliveryKit.parse(atPath: received[0].path).messageID == Self.messageID(id))
 
         // A sent memo cannot be retried, an unknown one is not found; neither sends anything.
-        #expect(try server.request("POST", "/history/\(id)/retry").status == 409)
-        #expect(try server.request("POST", "/history/00000000-0000-4000-8000-000000000000/retry").status == 404)
-        usleep(200_000)
+        #expect(try server.route("POST", "/history/\(id)/retry").status == 409)
+        #expect(try server.route("POST", "/history/00000000-0000-4000-8000-000000000000/retry").status == 404)
+        #expect(try server.finishDeliveries())
         #expect(fixture.smtp.received.count == 1)
     }
 
@@ -203,7 +205,8 @@ import Testing
 
         let first = try DeliveryKit.send(server, body: "first")
         #expect(try DeliveryKit.settle(server, first).attempts == 1)
-        usleep(1_000_000)  // the server hangs up on the idle connection Jotter keeps for reuse
+        // The server hangs up on the idle connection Jotter keeps for reuse.
+        #expect(server.waitUntil { smtp.events.contains("TIMEOUT") }, "the server hung up")
         let second = try DeliveryKit.send(server, body: "second")
         let entry = try DeliveryKit.settle(server, second)
         #expect(entry.status == "sent", "\(entry)")
@@ -224,7 +227,7 @@ import Testing
         let entry = try DeliveryKit.settle(server, id)
         #expect(entry.status == "held", "the relay's failure: held until it is fixed \(entry)")
         #expect(entry.lastError == "tls")
-        usleep(300_000)
+        #expect(try server.finishDeliveries())
         #expect(try DeliveryKit.entry(server, id).attempts == 1, "a TLS failure is permanent")
         #expect(fixture.smtp.events.filter { $0.hasPrefix("MAIL") }.isEmpty, "no MAIL FROM in clear")
         #expect(fixture.smtp.received.isEmpty)
@@ -265,8 +268,8 @@ import Testing
         #expect(received[0].login == "jotter")
         #expect(received[0].tls)
 
-        let texts = [server.logs.captured, try server.request("GET", "/history").text, entry.raw,
-                     try server.request("GET", "/healthz").text]
+        let texts = [server.logs.captured, try server.route("GET", "/history").text, entry.raw,
+                     try server.route("GET", "/healthz").text]
         for text in texts {
             #expect(!text.contains(password) && !text.contains(encoded) && !text.contains("S3cr3t"))
         }
@@ -300,7 +303,7 @@ import Testing
         let entry = try DeliveryKit.settle(server, id)
         #expect(entry.status == "held", "the relay's failure: held until it is fixed \(entry)")
         #expect(entry.lastError == "auth")
-        usleep(300_000)
+        #expect(try server.finishDeliveries())
         #expect(try DeliveryKit.entry(server, id).attempts == 1)
         #expect(fixture.smtp.received.isEmpty)
         #expect(fixture.smtp.events.contains { $0.hasPrefix("AUTH") && $0.hasSuffix("refused") })
@@ -315,7 +318,9 @@ import Testing
         let port = before.port
         before.stop()  // the port refuses connections now
         let relay = "smtp://127.0.0.1:\(port)?tls=none&from=jotter@example.com&to=me@example.com"
-        let server = try TestServer(dataDirectory: directory.file("data"), relay: relay) { configuration in
+        let probes = ProbeCounter(try RelayURL(relay).transport)
+        let server = try TestServer(dataDirectory: directory.file("data"), transport: probes,
+                                    relay: relay) { configuration in
             // A memo that walked this ladder could not arrive within the test's bounds.
             configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 20_000, capMilliseconds: 60_000)
             configuration.delivery.offlineProbeMilliseconds = 200
@@ -325,7 +330,7 @@ import Testing
 
         let ids = try (1...3).map { try DeliveryKit.send(server, body: "written offline \($0)") }
         #expect(server.waitUntil { server.logs.captured.contains("relay unreachable; probing") })
-        usleep(500_000)
+        #expect(server.waitUntil { probes.failedProbes >= 2 }, "failed probes, and the memos wait")
         for id in ids {
             let entry = try DeliveryKit.entry(server, id)
             #expect(["queued", "retrying"].contains(entry.status), "\(entry)")
@@ -353,7 +358,7 @@ import Testing
             ids.append(try DeliveryKit.send(server, body: "memo number \(number)"))
         }
         #expect(server.waitUntil(timeout: 20) { fixture.smtp.received.count >= ids.count })
-        usleep(200_000)
+        #expect(try server.finishDeliveries())
         let identifiers = try DeliveryKit.parseAll(fixture.smtp.received.map(\.path)).map(\.messageID)
         #expect(identifiers.count == ids.count)
         #expect(Set(identifiers) == Set(ids.map(Self.messageID)), "each memo exactly once")

@@ -5,8 +5,8 @@ import Testing
 /// Issue 5: who may talk to Jotter, and what never leaks.
 @Suite struct HostAndOriginTests {
     private func post(_ server: TestServer, headers: [(String, String)]) throws -> RawHTTP.Response {
-        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")] + headers,
-                           body: Array("a memo".utf8))
+        try server.route("POST", "/send", headers: [("Content-Type", "text/plain")] + headers,
+                         body: Array("a memo".utf8))
     }
 
     @Test func refusesEveryForeignHostForm() throws {
@@ -28,6 +28,7 @@ import Testing
         }
     }
 
+    /// The HTTP layer refuses these before the policy sees them: over a socket.
     @Test func refusesMissingAndDuplicateHost() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
@@ -56,15 +57,15 @@ import Testing
             #expect(response.status == 403, "\(headers)")
             #expect(response.errorCode == "cross_origin", "\(headers)")
             for path in ["/history", "/history/00000000-0000-0000-0000-000000000000", "/rating"] {
-                #expect(try server.request("GET", path, headers: headers).status == 403, "\(path) \(headers)")
+                #expect(try server.route("GET", path, headers: headers).status == 403, "\(path) \(headers)")
             }
         }
         #expect(try server.outbox.history.counts().values.reduce(0, +) == 0, "a refused post stores nothing")
         #expect(try post(server, headers: [("Origin", own), ("Sec-Fetch-Site", "same-origin")]).status == 204)
         #expect(try post(server, headers: []).status == 204, "curl sends neither header")
-        #expect(try server.request("GET", "/history", headers: [("Sec-Fetch-Site", "same-origin")]).status == 200)
+        #expect(try server.route("GET", "/history", headers: [("Sec-Fetch-Site", "same-origin")]).status == 200)
         // The page itself may be opened from anywhere (a link), it changes nothing.
-        #expect(try server.request("GET", "/", headers: [("Sec-Fetch-Site", "cross-site")]).status == 200)
+        #expect(try server.route("GET", "/", headers: [("Sec-Fetch-Site", "cross-site")]).status == 200)
     }
 
     @Test func neverSendsCORSHeadersAndForbidsFraming() throws {
@@ -72,10 +73,10 @@ import Testing
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }
         let responses = [
-            try server.request("GET", "/"), try server.request("OPTIONS", "/send", headers: [
+            try server.route("GET", "/"), try server.route("OPTIONS", "/send", headers: [
                 ("Origin", "http://evil.example"), ("Access-Control-Request-Method", "POST")]),
             try post(server, headers: [("Origin", "http://evil.example")]), try post(server, headers: []),
-            try server.request("GET", "/history"), try server.request("GET", "/nowhere"),
+            try server.route("GET", "/history"), try server.route("GET", "/nowhere"),
         ]
         for response in responses {
             #expect(!response.headers.contains { $0.name.lowercased().hasPrefix("access-control-") })
@@ -93,13 +94,13 @@ import Testing
         defer { server.stop() }
         var ids: [String] = []
         for index in 0..<3 {
-            let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
-                                              body: Array("memo \(index)".utf8))
+            let response = try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                            body: Array("memo \(index)".utf8))
             #expect(response.status == 204)
             ids += response.header("X-Message-Id").map { [$0] } ?? []
         }
-        let limited = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
-                                         body: Array("one too many".utf8))
+        let limited = try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                       body: Array("one too many".utf8))
         #expect(limited.status == 429)
         #expect(limited.errorCode == "rate_limited")
         #expect(Int(limited.header("Retry-After") ?? "") ?? 0 >= 1)
@@ -132,13 +133,13 @@ import Testing
     }
 
     private func send(_ server: TestServer, token: String?) throws -> RawHTTP.Response {
-        try server.request("POST", "/send", headers: [("Content-Type", "text/plain")]
+        try server.route("POST", "/send", headers: [("Content-Type", "text/plain")]
             + (token.map { [("Authorization", "Bearer \($0)")] } ?? []), body: Array("from the phone".utf8))
     }
 
     private func pair(_ server: TestServer, _ token: String) throws -> RawHTTP.Response {
-        try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
-                           body: Array("{\"pairing_token\":\"\(token)\",\"name\":\"phone\"}".utf8))
+        try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                         body: Array("{\"pairing_token\":\"\(token)\",\"name\":\"phone\"}".utf8))
     }
 
     @Test func pairingThenTokenRequiredForEverythingButThePage() throws {
@@ -146,24 +147,64 @@ import Testing
         let server = try lanServer(directory)
         defer { server.stop() }
         let pairing = try #require(server.application.lanInfo?.pairingToken)
-        #expect(try server.request("GET", "/").status == 200)
-        #expect(try server.request("GET", "/manifest.webmanifest").status != 401)
+        #expect(try server.route("GET", "/").status == 200)
+        #expect(try server.route("GET", "/manifest.webmanifest").status != 401)
         #expect(try send(server, token: nil).status == 401)
         #expect(try send(server, token: "wrong").status == 401)
-        #expect(try server.request("GET", "/history").status == 401)
-        #expect(try server.request("GET", "/healthz").status == 401)
+        #expect(try server.route("GET", "/history").status == 401)
+        #expect(try server.route("GET", "/healthz").status == 401)
 
         let paired = try pair(server, pairing)
         #expect(paired.status == 201)
         let object = try #require(paired.json as? [String: Any])
         let device = try #require(object["device_token"] as? String)
         #expect(try send(server, token: device).status == 204)
-        #expect(try server.request("GET", "/history", headers: [("Authorization", "Bearer \(device)")]).status == 200)
+        #expect(try server.route("GET", "/history", headers: [("Authorization", "Bearer \(device)")]).status == 200)
 
         let reused = try pair(server, pairing)
         #expect(reused.status == 410 && reused.errorCode == "pairing_link_used", "a pairing token works once")
         #expect(!server.logs.captured.contains(pairing))
         #expect(!server.logs.captured.contains(device))
+    }
+
+    /// The default: this machine needs no token, a phone on the LAN does. The peer's address decides,
+    /// not the Host it names (router-level, so the phone can have a LAN address).
+    @Test func thisMachineIsTrustedAndAPhoneOnTheLANIsNot() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.allowedHosts = ["jotter.lan"]
+            $0.http.host = "127.0.0.1"
+        }
+        defer { server.stop() }
+        let phone = "192.168.1.50", host = [("Host", "jotter.lan:\(server.port)")]
+        let memo = [("Content-Type", "text/plain")], body = Array("a memo".utf8)
+        for machine in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            #expect(try server.route("POST", "/send", headers: host + memo, body: body, from: machine).status == 204,
+                    "from \(machine)")
+        }
+        let state = try server.route("GET", "/pairing", headers: host).json as? [String: Any]
+        #expect(state?["state"] as? String == "this_machine")
+
+        let refused = try server.route("POST", "/send", headers: host + memo, body: body, from: phone)
+        #expect(refused.status == 401 && refused.errorCode == "not_paired")
+        #expect(try server.route("GET", "/history", headers: host, from: phone).status == 401)
+        #expect(try server.route("GET", "/", headers: host, from: phone).status == 200, "the page is public")
+        let phoneState = try server.route("GET", "/pairing", headers: host, from: phone).json as? [String: Any]
+        #expect(phoneState?["state"] as? String == "not_paired")
+        #expect(phoneState?["can_pair_others"] as? Bool == false)
+        let link = try server.route("POST", "/pair/link", headers: host, from: phone)
+        #expect(link.status == 403 && link.errorCode == "not_this_machine", "links are for this machine only")
+
+        let pairing = try #require(server.application.lanInfo?.pairingToken)
+        let paired = try server.route("POST", "/pair", headers: host + [("Content-Type", "application/json")],
+                                      body: Array("{\"pairing_token\":\"\(pairing)\"}".utf8), from: phone)
+        #expect(paired.status == 201)
+        let device = try #require((paired.json as? [String: Any])?["device_token"] as? String)
+        let bearer = [("Authorization", "Bearer \(device)")]
+        #expect(try server.route("POST", "/send", headers: host + memo + bearer, body: body, from: phone).status == 204)
+        #expect(try server.route("GET", "/history", headers: host + bearer, from: phone).status == 200)
     }
 
     @Test func expiredPairingTokenAndRevokedDeviceAreRefused() throws {
@@ -198,6 +239,7 @@ import Testing
         #expect(try pair(server, "guess").status == 429, "pairing guesses count too")
     }
 
+    /// TLS: over a socket.
     @Test func servesHTTPSWithTheCertificateFromTheDataDirectory() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data")) {
@@ -241,7 +283,8 @@ import Testing
         }
         let stop = Drip.start(sockets)
         defer { stop() }
-        Thread.sleep(forTimeInterval: 1.2)
+        // Not a fixed wait: until the server holds all sixteen slow requests (their headers are in).
+        #expect(server.waitUntil { server.application.server.activeRequests.load(ordering: .acquiring) == 16 })
         let started = Date()
         let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                           body: Array("still served".utf8))
@@ -312,7 +355,7 @@ enum Drip {
             let server = try TestServer(dataDirectory: data, transport: failing)
             for index in 0..<7 {
                 let body = "memo \(index) 日本語 🔑"
-                let response = try server.request("POST", "/send", headers: [
+                let response = try server.route("POST", "/send", headers: [
                     ("Content-Type", "text/plain"), ("Idempotency-Key", "key-\(index)")], body: Array(body.utf8))
                 bodies[try #require(response.header("X-Message-Id"))] = body
             }
@@ -340,7 +383,7 @@ enum Drip {
             delivered[id] = (parsed["body"] as? String ?? "").replacingOccurrences(of: "\r\n", with: "\n")
         }
         for (id, body) in bodies { #expect(delivered[id] == body + "\n") }
-        let replay = try server.request("POST", "/send", headers: [
+        let replay = try server.route("POST", "/send", headers: [
             ("Content-Type", "text/plain"), ("Idempotency-Key", "key-0")], body: Array("memo 0 日本語 🔑".utf8))
         #expect(replay.status == 204)
         #expect(bodies[replay.header("X-Message-Id") ?? ""] != nil, "the keyed hashes survived the rekey")
@@ -351,7 +394,8 @@ enum Drip {
     static let canary = "CANARY-7f3a9c-do-not-leak"
 
     /// The canary rides in memo bodies through success and every failure path; it must never show up
-    /// in the logs, in /history, or in the raw bytes of the database files.
+    /// in the logs, in /history, or in the raw bytes of the database files. Over a socket: the HTTP
+    /// layer's refusal (413) and its request log are among those paths.
     @Test func canaryNeverLeaks() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")
@@ -422,8 +466,8 @@ enum Drip {
             }
             defer { server.stop() }
             let pairing = try #require(server.application.lanInfo?.pairingToken)
-            let response = try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                              body: Array("{\"pairing_token\":\"\(pairing)\",\"name\":\"Kitchen phone\"}".utf8))
+            let response = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                            body: Array("{\"pairing_token\":\"\(pairing)\",\"name\":\"Kitchen phone\"}".utf8))
             token = try #require((response.json as? [String: Any])?["device_token"] as? String)
         }
         let listing = try DevicesCommand.run(dataDirectory: data, action: .list)
@@ -443,9 +487,9 @@ enum Drip {
             $0.http.host = "127.0.0.1"
         }
         defer { server.stop() }
-        let refused = try server.request("POST", "/send", headers: [("Content-Type", "text/plain"),
-                                                                    ("Authorization", "Bearer \(token)")],
-                                         body: Array("after revoke".utf8))
+        let refused = try server.route("POST", "/send", headers: [("Content-Type", "text/plain"),
+                                                                  ("Authorization", "Bearer \(token)")],
+                                       body: Array("after revoke".utf8))
         #expect(refused.status == 401)
     }
 
@@ -463,7 +507,7 @@ enum Drip {
 
 @Suite struct HeaderLimitTests {
     /// Headers past the per-connection memory are refused (431) without harming the server; ordinary
-    /// large headers (a few KB, as browsers send) pass.
+    /// large headers (a few KB, as browsers send) pass. The HTTP layer's limit: over a socket.
     @Test func oversizedHeadersAreRefusedAndTheServerCarriesOn() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

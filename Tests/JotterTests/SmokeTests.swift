@@ -2,6 +2,7 @@ import Testing
 @testable import Jotter
 
 @Suite struct SmokeTests {
+    /// Over a socket on purpose: the one quick check that the whole path (HTTP layer included) serves.
     @Test func servesThePageAndTakesAMemo() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

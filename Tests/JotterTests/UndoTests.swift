@@ -34,6 +34,9 @@ import Testing
         scheduler.advance(milliseconds: 120_000)
         server.application.worker.wake()
         let second = try Self.send(server, "this one goes")  // proves the worker is alive
+        let due = try #require(try server.outbox.history.record(id: second)?.nextAttemptAt)
+        // The worker arms its timer for the second memo's window a moment after the 204: wait for it.
+        #expect(TestServer.waitUntil(timeout: 20) { scheduler.nextDeadline == due })
         scheduler.advance(milliseconds: 10_000)
         #expect(transport.waitUntilReceived(count: 1, timeout: 30))
         #expect(transport.messages.map(\.id) == [second], "the taken-back memo was never handed to the relay")

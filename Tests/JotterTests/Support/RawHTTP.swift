@@ -47,27 +47,9 @@ enum RawHTTP {
 
     /// Writes `request`, reads until the server closes (or the response is complete), parses.
     static func exchange(port: Int, request: [UInt8], timeout: Int = 15) throws -> Response {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket failed") }
+        let fd = try connect(port: port, timeout: timeout)
         defer { close(fd) }
-        var time = timeval(tv_sec: timeout, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw Failure(description: "connect failed") }
-        var sent = 0
-        while sent < request.count {
-            let count = request.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
-            if count <= 0 { break }  // the server may answer (413) and close before reading everything
-            sent += count
-        }
+        write(fd, request)
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -80,6 +62,64 @@ enum RawHTTP {
             throw Failure(description: "no HTTP response (\(received.count) bytes)")
         }
         return response
+    }
+
+    /// A blocking socket connected to 127.0.0.1:`port`, reads timing out after `timeout` seconds.
+    private static func connect(port: Int, timeout: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket failed") }
+        var time = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw Failure(description: "connect failed")
+        }
+        return fd
+    }
+
+    private static func write(_ fd: Int32, _ request: [UInt8]) {
+        var sent = 0
+        while sent < request.count {
+            let count = request.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            if count <= 0 { break }  // the server may answer (413) and close before reading everything
+            sent += count
+        }
+    }
+
+    /// Writes `request` and reads until the server closes the connection; every response it sent on
+    /// it, in order (each framed by its `Content-Length`). Nothing more can happen on a closed
+    /// connection, so a test can then check what did without sleeping.
+    static func exchangeUntilClosed(port: Int, request: [UInt8], timeout: Int = 15) throws -> [Response] {
+        let fd = try connect(port: port, timeout: timeout)
+        defer { close(fd) }
+        write(fd, request)
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count == 0 { break }
+            guard count > 0 else { throw Failure(description: "the server did not close the connection") }
+            received += buffer[0..<count]
+        }
+        var responses: [Response] = []
+        var rest = received[...]
+        while !rest.isEmpty, var response = parse(Array(rest)) {
+            let head = Array(rest).count - response.body.count
+            let length = response.header("Content-Length").flatMap { Int($0) } ?? response.body.count
+            response.body = Array(response.body.prefix(length))
+            responses.append(response)
+            rest = rest.dropFirst(head + response.body.count)
+        }
+        return responses
     }
 
     private static func headerEnd(_ bytes: [UInt8]) -> Int? {

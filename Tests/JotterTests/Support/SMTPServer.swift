@@ -205,7 +205,8 @@ final class SMTPServer: Sendable {
             .filter { $0.hasSuffix(".eml") }.sorted().map { directory + "/rejected/" + $0 }
     }
 
-    /// The server's event log: `MAIL tls=0|1`, `RCPT refused 451`, `DATA accepted 0001`, `AUTH PLAIN ok`, …
+    /// The server's event log: `MAIL tls=0|1`, `RCPT refused 451`, `DATA accepted 0001`, `AUTH PLAIN ok`,
+    /// `TIMEOUT` (hung up on a connection idle longer than `idleTimeoutSeconds`), …
     var events: [String] {
         ((try? String(contentsOfFile: directory + "/events.log", encoding: .utf8)) ?? "")
             .split(separator: "\n").map(String.init)
@@ -243,8 +244,8 @@ enum DeliveryKit {
         var object: [String: String] = ["body": body]
         if let subject { object["subject"] = subject }
         let json = try JSONSerialization.data(withJSONObject: object)
-        let response = try server.request("POST", "/send", headers: [("Content-Type", "application/json")],
-                                          body: Array(json))
+        let response = try server.route("POST", "/send", headers: [("Content-Type", "application/json")],
+                                        body: Array(json))
         guard response.status == 204, let id = response.header("X-Message-Id") else {
             throw FixtureProcess.Failure(description: "POST /send answered \(response.status): \(response.text)")
         }
@@ -253,7 +254,7 @@ enum DeliveryKit {
 
     /// `GET /history/{id}`.
     static func entry(_ server: TestServer, _ id: String) throws -> Entry {
-        let response = try server.request("GET", "/history/" + id)
+        let response = try server.route("GET", "/history/" + id)
         guard response.status == 200 else {
             throw FixtureProcess.Failure(description: "GET /history/\(id) answered \(response.status)")
         }

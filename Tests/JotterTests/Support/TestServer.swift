@@ -94,6 +94,15 @@ final class TestServer: Sendable {
         return try condition()
     }
 
+    /// Makes deliveries final, so a test can count them without sleeping: waits until no memo is
+    /// queued, retrying or sending, then stops the worker (which lets any send in flight finish).
+    /// Nothing is left that could still be delivered. Call it last: the worker does not start again.
+    func finishDeliveries(timeout: Double = 10) throws -> Bool {
+        let settled = try waitUntil(timeout: timeout) { try outbox.nextDueAt() == nil }
+        application.worker.stop()
+        return settled
+    }
+
     /// Files in the Maildir's `new/`.
     func deliveredFiles() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: maildir + "/new")) ?? []).sorted()
