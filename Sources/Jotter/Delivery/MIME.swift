@@ -177,25 +177,8 @@ enum MIME {
         return out
     }
 
+    /// Base64 of `bytes` (OpenSSL's: the one encoder in Jotter).
     static func base64(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count + 2) / 3 * 4)
-        var index = 0
-        while index + 3 <= bytes.count {
-            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8 | Int(bytes[index + 2])
-            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63],
-                    alphabet[value & 63]]
-            index += 3
-        }
-        let remaining = bytes.count - index
-        if remaining == 1 {
-            let value = Int(bytes[index]) << 16
-            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], 0x3D, 0x3D]
-        } else if remaining == 2 {
-            let value = Int(bytes[index]) << 16 | Int(bytes[index + 1]) << 8
-            out += [alphabet[value >> 18], alphabet[(value >> 12) & 63], alphabet[(value >> 6) & 63], 0x3D]
-        }
-        return String(decoding: out, as: UTF8.self)
+        Base64.encode(bytes)
     }
 }
