@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <malloc.h>
 #include <microhttpd.h>
 
 /// The limits Jotter sets on every daemon; plain values so Swift can fill it in.
@@ -64,6 +65,36 @@ static inline void jotter_mhd_client_address(struct MHD_Connection *connection, 
     } else if (address->sa_family == AF_INET6) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)address)->sin6_addr, buffer, (socklen_t)size);
     }
+}
+
+/// The socket of a connection (-1 if unknown). MHD_get_connection_info is variadic.
+static inline int jotter_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
+/// What NOTIFY_CONNECTION stored in the connection's socket context (Jotter stores a number there).
+static inline uintptr_t jotter_mhd_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? 0 : (uintptr_t)info->socket_context;
+}
+
+/// Bytes from the request line's first byte to the end of the blank line after the headers.
+static inline size_t jotter_mhd_header_size(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    return info == NULL ? 0 : info->header_size;
+}
+
+/// The status of the response queued on the connection (0 if none), also one libmicrohttpd made itself.
+static inline unsigned int jotter_mhd_queued_status(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_HTTP_STATUS);
+    return info == NULL ? 0 : info->http_status;
+}
+
+/// Gives freed heap memory back to the system (glibc; malloc.h).
+static inline void jotter_malloc_trim(void) {
+    (void)malloc_trim(0);
 }
 
 #endif

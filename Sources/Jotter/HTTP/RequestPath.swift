@@ -1,0 +1,112 @@
+/// The one normalisation of a request's path. `Application` applies it once, before the request policy
+/// and the router, so the two always judge the same path (`//history` is `/history` for both).
+///
+/// Input: the path part of the request-target as the client sent it (still percent-encoded, no query).
+/// Output: the path decoded, with empty and `.` segments dropped (`//history`, `/./history` and
+/// `/history/` are all `/history`). Refused with `400`: a target that is not a path (`*`,
+/// `http://host/…`), a `..` segment (also encoded), an encoded `/` or `\`, a `%` without two hex digits,
+/// an encoded control character or NUL, and any byte a path may not carry (space, control, `\`,
+/// non-ASCII, … — RFC 3986 §3.3 `pchar`).
+public enum RequestPath {
+    /// Why a path was refused.
+    public enum Refusal: HTTPResponseError, Equatable, Sendable {
+        /// Not an origin-form target (RFC 9112 §3.2.1).
+        case notAPath
+        /// A `..` segment: Jotter has no use for one, and resolving it is where servers go wrong.
+        case dotSegment
+        /// `%2F` or `%5C`: a separator that the router would not see as one.
+        case encodedSeparator
+        /// `%` without two hex digits, an encoded control character, or bytes that are not UTF-8.
+        case badEscape
+        /// A byte that may not appear in a path.
+        case badCharacter
+
+        public var status: Int { 400 }
+        public var code: String { "bad_path" }
+        public var message: String {
+            switch self {
+            case .notAPath: return "The request target must be a path starting with /."
+            case .dotSegment: return "Paths with .. segments are refused."
+            case .encodedSeparator: return "Paths with an encoded / or \\ are refused."
+            case .badEscape: return "The path has a malformed or forbidden percent-escape."
+            case .badCharacter: return "The path contains a character that is not allowed in a URL path."
+            }
+        }
+    }
+
+    /// `request` with its path normalised; nil after calling `refuse` if the path is refused.
+    public static func normalized(_ request: HTTPRequest, refuse: (Refusal) -> Void) -> HTTPRequest? {
+        switch normalize(request.path) {
+        case .success(let path):
+            var request = request
+            request.path = path
+            return request
+        case .failure(let refusal):
+            refuse(refusal)
+            return nil
+        }
+    }
+
+    /// The canonical form of `raw`, or why it is refused.
+    public static func normalize(_ raw: String) -> Result<String, Refusal> {
+        let bytes = Array(raw.utf8)
+        guard bytes.first == UInt8(ascii: "/") else { return .failure(.notAPath) }
+        var segments: [String] = []
+        for rawSegment in bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+            switch decode(rawSegment) {
+            case .failure(let refusal): return .failure(refusal)
+            case .success(let segment):
+                if segment == "." { continue }
+                if segment == ".." { return .failure(.dotSegment) }
+                segments.append(segment)
+            }
+        }
+        return .success("/" + segments.joined(separator: "/"))
+    }
+
+    private static func decode(_ segment: ArraySlice<UInt8>) -> Result<String, Refusal> {
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(segment.count)
+        var index = segment.startIndex
+        while index < segment.endIndex {
+            let byte = segment[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < segment.endIndex, let high = hexValue(segment[index + 1]),
+                      let low = hexValue(segment[index + 2]) else {
+                    return .failure(.badEscape)
+                }
+                let value = high << 4 | low
+                if value == UInt8(ascii: "/") || value == UInt8(ascii: "\\") { return .failure(.encodedSeparator) }
+                if value < 0x20 || value == 0x7F { return .failure(.badEscape) }
+                decoded.append(value)
+                index += 3
+                continue
+            }
+            guard isPathCharacter(byte) else { return .failure(.badCharacter) }
+            decoded.append(byte)
+            index += 1
+        }
+        guard let text = String(validating: decoded, as: UTF8.self) else { return .failure(.badEscape) }
+        return .success(text)
+    }
+
+    /// RFC 3986 `pchar` without `%`: unreserved, sub-delims, `:` and `@`.
+    private static func isPathCharacter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        default:
+            return Array("-._~!$&'()*+,;=:@".utf8).contains(byte)
+        }
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
