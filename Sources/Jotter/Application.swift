@@ -105,6 +105,10 @@ public final class Application: Sendable {
                                      warnAfterMilliseconds: delivery.warnAfterMilliseconds,
                                      undoMilliseconds: configuration.undoMilliseconds, clock: clock)
         let handler: Handler = { request, respond in
+            // One path normalisation, before the policy and the router alike, so they judge the same path.
+            guard let request = RequestPath.normalized(request, refuse: { respond(router.finish($0.response)) }) else {
+                return
+            }
             if let refusal = policy.refusal(for: request) {
                 respond(router.finish(refusal))
                 return

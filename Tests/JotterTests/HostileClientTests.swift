@@ -35,6 +35,34 @@ import Testing
             #expect(RequestPath.normalize(raw) == .failure(refusal), "\(raw.debugDescription)")
         }
     }
+
+    /// The policy and the router see the same path: a cross-site read of `//history` is refused like one
+    /// of `/history`.
+    @Test func policyAndRouterAgreeOnEveryPath() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        #expect(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                   body: Array("private subject".utf8)).status == 204)
+        let crossSite = [("Sec-Fetch-Site", "cross-site")]
+        for path in ["/history", "//history", "/./history", "/history/", "///history", "/%2E/history",
+                     "//history?limit=5", "//rating", "/history//", "//history/00000000-0000-0000-0000-000000000000"] {
+            let response = try server.route("GET", path, headers: crossSite)
+            #expect(response.status == 403, "\(path)")
+            #expect(response.errorCode == "cross_origin", "\(path)")
+            #expect(!response.text.contains("private subject"), "\(path)")
+        }
+        for path in ["/history%2F", "/%2Fhistory", "/history/..", "/x/../history", "/history%00", "/history/..%2Fetc"] {
+            let response = try server.route("GET", path, headers: crossSite)
+            #expect(response.status == 400, "\(path)")
+            #expect(response.errorCode == "bad_path", "\(path)")
+            #expect(response.header("Cache-Control") == "no-store", "\(path)")
+        }
+        // Same origin, the collapsed path is the real one.
+        let history = try server.route("GET", "//history")
+        #expect(history.status == 200)
+        #expect(history.text.contains("private subject"))
+    }
 }
 
 // MARK: Framing (item 5)

@@ -766,7 +766,8 @@ import Testing
         Self.expectSecurityHeaders(response, "400 /history?\(query)")
     }
 
-    @Test(arguments: [UUID().uuidString.lowercased(), UUID().uuidString.uppercased(), "nope", "..%2Fetc",
+    // An encoded slash ("..%2Fetc") is refused before routing: HostileClientTests.
+    @Test(arguments: [UUID().uuidString.lowercased(), UUID().uuidString.uppercased(), "nope",
                       "00000000-0000-0000-0000-000000000000"])
     func unknownHistoryIdIs404(id: String) throws {
         let directory = TemporaryDirectory()

@@ -128,10 +128,11 @@ public final class RequestPolicy: Sendable {
         Loopback.contains(address: address)
     }
 
-    /// State-changing requests and everything that reveals memo metadata.
+    /// State-changing requests and everything that reveals memo metadata. `request.path` is already
+    /// normalised (`RequestPath`), as it is for the router: `//history` reached here as `/history`.
     private func needsSameOrigin(_ request: HTTPRequest) -> Bool {
         if request.method != "GET" && request.method != "HEAD" { return true }
-        return request.path.hasPrefix("/history") || request.path == "/rating"
+        return request.path == "/history" || request.path.hasPrefix("/history/") || request.path == "/rating"
     }
 
     private func crossOriginRefusal(_ request: HTTPRequest, host: String) -> HTTPResponse? {
@@ -170,7 +171,9 @@ public final class RequestPolicy: Sendable {
         }
         let defaultPort = scheme == "https" ? 443 : 80
         if let portText {
-            guard let port = Int(portText), port == ourPort, portText.allSatisfy(\.isASCII) else { return false }
+            // Digits only: Int() would also take "+7373".
+            guard !portText.isEmpty, portText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                  let port = Int(portText), port == ourPort else { return false }
         } else if ourPort != defaultPort {
             return false
         }
