@@ -21,6 +21,9 @@ typedef struct {
     size_t connection_memory_limit;
     const char *tls_key_pem;   /* NULL: plain HTTP */
     const char *tls_cert_pem;
+    MHD_NotifyConnectionCallback notify_connection; /* every connection's start and end */
+    void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection); /* each request line */
+    void *callbacks_cls;
 } jotter_mhd_config;
 
 static void jotter_mhd_silent_logger(void *cls, const char *fmt, va_list ap) {
@@ -45,6 +48,11 @@ static inline struct MHD_Daemon *jotter_mhd_start(
         { MHD_OPTION_CONNECTION_TIMEOUT, config->connection_timeout_seconds, NULL },
         { MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL },
         { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls },
+        { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)config->notify_connection, config->callbacks_cls },
+        /* Called with the raw request-target before it is unescaped; its result becomes *req_cls, and with
+           it set libmicrohttpd reports every request whose request line it parsed to NOTIFY_COMPLETED,
+           also those it refuses by itself (microhttpd.h, MHD_OPTION_URI_LOG_CALLBACK; connection.c). */
+        { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)config->uri_log, config->callbacks_cls },
         { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)jotter_mhd_silent_logger, NULL },
         { config->tls_key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)config->tls_key_pem },
         { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem },

@@ -14,8 +14,9 @@ import Testing
         let server = try TestServer(dataDirectory: directory.file("data")) { $0.allowedHosts = ["jotter.test"] }
         defer { server.stop() }
         let port = server.port
+        // A malformed port ("localhost:PORTx") is 400, not 403: HostileClientTests.
         for host in ["evil.example:\(port)", "", ":\(port)", "localhost.evil.com:\(port)", "127.0.0.1:1",
-                     "localhost", "127.0.0.1.evil.com:\(port)", "[::2]:\(port)", "localhost:\(port)x",
+                     "localhost", "127.0.0.1.evil.com:\(port)", "[::2]:\(port)",
                      "jotter.test.evil:\(port)", "0x7f000001:\(port)"] {
             let response = try post(server, headers: [("Host", host)])
             #expect(response.status == 403, "Host: \(host)")

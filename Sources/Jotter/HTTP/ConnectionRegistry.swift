@@ -144,6 +144,11 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
+    /// Connections whose request is being answered.
+    func answeringCount() -> Int {
+        state.withLock { state in state.records.values.reduce(0) { $0 + ($1.answering ? 1 : 0) } }
+    }
+
     /// Connections open and not being closed: in total, and those of `client`.
     func count(client: String? = nil) -> Int {
         state.withLock { state in client.map { state.perClient[$0] ?? 0 } ?? state.open }

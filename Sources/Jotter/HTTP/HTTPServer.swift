@@ -1,17 +1,20 @@
 import CMicroHTTPD
+import Dispatch
 import Glibc
 import Synchronization
 
 /// The HTTP/1.1 server: a thin adapter over GNU libmicrohttpd, and nothing else.
 ///
-/// libmicrohttpd parses HTTP, enforces connection and memory limits and timeouts, and de-chunks
-/// uploads. This adapter collects each request's headers and body, refuses ambiguous framing that
-/// libmicrohttpd 0.9.75 lets through, enforces the body cap, and hands a complete `HTTPRequest` to the
-/// handler. A handler may answer later (after an outbox COMMIT): the connection is suspended meanwhile,
-/// so no pool thread waits for a disk.
+/// libmicrohttpd parses HTTP, enforces the header size and the idle timeout, and de-chunks uploads. This
+/// adapter adds what 0.9.75 lacks: refusal of ambiguous framing (`RequestFraming`), per-client connection
+/// limits that count this machine as one client and request deadlines that trickling cannot stretch
+/// (`ConnectionRegistry`), a memory budget for bodies (`BodyBudget`) and the body cap. It hands a
+/// complete `HTTPRequest` to the handler, whose path is the raw one (`RequestPath` normalises it, once,
+/// in `Application`). A handler may answer later (after an outbox COMMIT): the connection is suspended
+/// meanwhile, so no pool thread waits for a disk.
 ///
-/// Everything per-request lives in `RequestContext`; the daemon and the listening socket, set by
-/// `start` and taken by `stop`, are behind a mutex.
+/// Everything per-request lives in `RequestContext`; the daemon, the listening socket and the sweeper,
+/// set by `start` and taken by `stop`, are behind a mutex.
 public final class HTTPServer: Sendable {
     /// Limits and addresses.
     public struct Configuration: Sendable {
@@ -21,12 +24,22 @@ public final class HTTPServer: Sendable {
         public var port = 7373
         /// The largest request body accepted; larger ones get `413`.
         public var maxBodyBytes = 256 * 1024
+        /// Request bodies held in memory at once, over all connections; a request that would go beyond
+        /// gets `503` with `Retry-After`.
+        public var bodyMemoryBytes = 32 * 1024 * 1024
         /// Connections open at once, in total.
         public var connectionLimit = 1024
-        /// Connections open at once from one IP address (browsers open about six each: never below 16).
+        /// Connections open at once from one client: an IPv4 address, an IPv6 /64, or this machine (all of
+        /// 127.0.0.0/8 and ::1). Browsers open about six each: never below 16. Beyond it, a new connection
+        /// closes the client's longest-waiting one that is not being answered.
         public var perIPConnectionLimit = 64
         /// Seconds of inactivity before a connection is closed (libmicrohttpd needs it in epoll mode).
         public var idleTimeoutSeconds = 30
+        /// Seconds a request's headers may take, however slowly they trickle; counted from the
+        /// connection's start or the end of its previous request (so also the longest keep-alive pause).
+        public var headerTimeoutSeconds = 10
+        /// Seconds a whole request (headers and body) may take, counted from the same start.
+        public var requestTimeoutSeconds = 60
         /// Memory per connection for headers and buffers: bounds the header size.
         public var connectionMemoryBytes = 32 * 1024
         /// libmicrohttpd's worker threads.
@@ -61,18 +74,31 @@ public final class HTTPServer: Sendable {
     let configuration: Configuration
     let handler: Handler
     let logger: Logger
+    /// Who holds which connection; closes the late and makes room for the punctual.
+    let registry: ConnectionRegistry
+    /// Memory for request bodies, over all connections.
+    let bodyBudget: BodyBudget
     private let listening = Mutex(Listening())
-    /// Requests received and not yet completed (for draining at stop).
+    /// Requests received (headers in) and not yet completed (for draining at stop).
     let activeRequests = Atomic<Int>(0)
     private let boundPort = Atomic<Int>(0)
 
     /// The port actually bound (differs from the configuration's when that was 0).
     public var port: Int { boundPort.load(ordering: .acquiring) }
 
-    /// The running daemon and the socket it listens on.
+    /// The running daemon, the socket it listens on, and the timer that enforces deadlines.
     private struct Listening: Sendable {
         var daemon: Daemon?
         var descriptor: Int32 = -1
+        var sweeper: Sweeper?
+    }
+
+    /// The sweeper's timer.
+    ///
+    /// `@unchecked Sendable`: a `DispatchSourceTimer` may be cancelled from any thread; nothing else is done
+    /// with it after `start`.
+    private struct Sweeper: @unchecked Sendable {
+        let timer: any DispatchSourceTimer
     }
 
     /// A libmicrohttpd daemon handle.
@@ -88,10 +114,16 @@ public final class HTTPServer: Sendable {
         self.configuration = configuration
         self.handler = handler
         self.logger = logger
+        registry = ConnectionRegistry(limits: ConnectionRegistry.Limits(
+            perClient: max(configuration.perIPConnectionLimit, 16), total: max(configuration.connectionLimit, 1),
+            headerTimeout: UInt64(max(configuration.headerTimeoutSeconds, 1)) * 1_000_000_000,
+            requestTimeout: UInt64(max(configuration.requestTimeoutSeconds, 1)) * 1_000_000_000))
+        bodyBudget = BodyBudget(limit: max(configuration.bodyMemoryBytes, configuration.maxBodyBytes))
     }
 
     deinit {
         listening.withLock { state in
+            state.sweeper?.timer.cancel()
             if let daemon = state.daemon { MHD_stop_daemon(daemon.pointer) }
             if state.descriptor >= 0 { close(state.descriptor) }
         }
@@ -106,12 +138,17 @@ public final class HTTPServer: Sendable {
                 | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ITC.rawValue,
             listen_fd: fd,
             thread_pool_size: UInt32(max(configuration.threads, 1)),
-            connection_limit: UInt32(configuration.connectionLimit),
-            per_ip_connection_limit: UInt32(max(configuration.perIPConnectionLimit, 16)),
+            // The registry enforces the real limits; libmicrohttpd's, split between its threads, only
+            // backs them up, with room for connections closed but not yet cleaned up.
+            connection_limit: UInt32(2 * max(configuration.connectionLimit, 1) + 64),
+            per_ip_connection_limit: 0,
             connection_timeout_seconds: UInt32(configuration.idleTimeoutSeconds),
             connection_memory_limit: configuration.connectionMemoryBytes,
-            tls_key_pem: nil, tls_cert_pem: nil)
+            tls_key_pem: nil, tls_cert_pem: nil,
+            notify_connection: jotterConnectionChanged, uri_log: jotterRequestLine,
+            callbacks_cls: nil)
         let me = Unmanaged.passUnretained(self).toOpaque()
+        limits.callbacks_cls = me
         // libmicrohttpd reads the PEM strings while starting (it hands them to GnuTLS then).
         let started = (configuration.tls?.keyPEM ?? "").withCString { key in
             (configuration.tls?.certificatePEM ?? "").withCString { certificate in
@@ -127,7 +164,8 @@ public final class HTTPServer: Sendable {
             throw StartError.daemon
         }
         let daemon = Daemon(pointer: started)
-        listening.withLock { $0 = Listening(daemon: daemon, descriptor: fd) }
+        let sweeper = Sweeper(timer: startSweeper())
+        listening.withLock { $0 = Listening(daemon: daemon, descriptor: fd, sweeper: sweeper) }
     }
 
     /// Stops accepting, waits up to `drainTimeout` seconds for requests in flight, then stops.
@@ -142,8 +180,28 @@ public final class HTTPServer: Sendable {
         while activeRequests.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < deadline {
             usleep(5_000)
         }
+        taken.sweeper?.timer.cancel()
         MHD_stop_daemon(daemon.pointer)
         if taken.descriptor >= 0 { close(taken.descriptor) }
+    }
+
+    /// Four times a second: close connections past their deadline, give memory back after a burst.
+    private func startSweeper() -> any DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "jotter.http.sweeper"))
+        let registry = registry, bodyBudget = bodyBudget, logger = logger
+        timer.setEventHandler {
+            let closed = registry.sweep(now: monotonicNanoseconds())
+            if !closed.isEmpty {
+                logger.info("closed late connections", metadata: [
+                    "header_timeout": String(closed[.headerTimeout] ?? 0),
+                    "request_timeout": String(closed[.requestTimeout] ?? 0),
+                ])
+            }
+            bodyBudget.trimIfIdle()
+        }
+        timer.schedule(deadline: .now() + .milliseconds(250), repeating: .milliseconds(250), leeway: .milliseconds(50))
+        timer.resume()
+        return timer
     }
 
     // MARK: Socket
@@ -202,169 +260,5 @@ public final class HTTPServer: Sendable {
         default:
             return 0
         }
-    }
-}
-
-// MARK: libmicrohttpd callbacks: each hands over to Swift at once.
-
-private func jotterAccessHandler(
-    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
-    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
-    _ uploadSize: UnsafeMutablePointer<Int>?, _ requestSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
-) -> MHD_Result {
-    guard let cls, let connection, let uploadSize, let requestSlot else { return .NO }
-    return Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
-        .access(connection: connection, url: url, method: method, uploadData: uploadData,
-                uploadSize: uploadSize, requestSlot: requestSlot)
-}
-
-private func jotterRequestCompleted(
-    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
-    _ requestSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ reason: MHD_RequestTerminationCode
-) {
-    guard let cls, let requestSlot, let pointer = requestSlot.pointee else { return }
-    requestSlot.pointee = nil
-    Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
-        .completed(Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue(), reason: reason)
-}
-
-private func jotterCollectValue(
-    _ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?,
-    _ value: UnsafePointer<CChar>?
-) -> MHD_Result {
-    guard let cls, let key else { return .YES }
-    Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
-        .collect(kind: kind, key: String(cString: key), value: value.map { String(cString: $0) } ?? "")
-    return .YES
-}
-
-extension HTTPServer {
-    fileprivate func access(connection: OpaquePointer, url: UnsafePointer<CChar>?, method: UnsafePointer<CChar>?,
-                            uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
-                            requestSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
-        guard let pointer = requestSlot.pointee else {
-            // First call: headers are in. Refuse bad framing now, before any body is read.
-            let context = RequestContext(connection: connection)
-            activeRequests.add(1, ordering: .relaxed)
-            requestSlot.pointee = Unmanaged.passRetained(context).toOpaque()
-            context.method = method.map { String(cString: $0) } ?? ""
-            context.path = url.map { String(cString: $0) } ?? "/"
-            let me = Unmanaged.passUnretained(context).toOpaque()
-            MHD_get_connection_values(connection, .HEADER_KIND, jotterCollectValue, me)
-            MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, jotterCollectValue, me)
-            if let refusal = framingRefusal(context.headers) {
-                return queue(refusal, context)
-            }
-            return .YES
-        }
-        let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue()
-        if uploadSize.pointee > 0 {
-            let count = uploadSize.pointee
-            uploadSize.pointee = 0
-            if context.queued { return .YES }
-            if context.discarded > 0 || context.body.count + count > configuration.maxBodyBytes {
-                // libmicrohttpd cannot answer while a body is still arriving: drop it and answer 413 at
-                // the end; a client that keeps sending far past the cap is cut off.
-                context.body = []
-                context.discarded += count
-                return context.discarded > 4 * configuration.maxBodyBytes + 1_048_576 ? .NO : .YES
-            }
-            if let uploadData {
-                context.body.append(contentsOf: UnsafeRawBufferPointer(start: uploadData, count: count))
-            }
-            return .YES
-        }
-        if context.queued { return .YES }
-        if context.discarded > 0 {
-            return queue(Self.tooLarge(configuration.maxBodyBytes), context)
-        }
-        if !context.dispatched {
-            context.dispatched = true
-            var address = [CChar](repeating: 0, count: 64)
-            jotter_mhd_client_address(connection, &address, address.count)
-            let client = String(decoding: address.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)),
-                                as: UTF8.self)
-            let request = HTTPRequest(method: context.method, path: context.path, query: context.query,
-                                      headers: context.headers, body: context.body, remoteAddress: client)
-            context.body = []
-            handler(request) { [reply = context.reply] response in reply.complete(response) }
-        }
-        let response = context.reply.takeOrSuspend()
-        guard let response else { return .YES }
-        return queue(response, context)
-    }
-
-    /// Requests libmicrohttpd 0.9.75 accepts but whose meaning is ambiguous (request smuggling).
-    private func framingRefusal(_ headers: HTTPHeaders) -> HTTPResponse? {
-        if headers.values("Host").count != 1 {
-            return Router.finish(.error(400, code: "bad_request", message: "A request needs exactly one Host header."))
-        }
-        let lengths = headers.values("Content-Length")
-        if lengths.count > 1 {
-            return Router.finish(.error(400, code: "bad_request", message: "More than one Content-Length header."))
-        }
-        if !lengths.isEmpty && !headers.values("Transfer-Encoding").isEmpty {
-            return Router.finish(.error(400, code: "bad_request",
-                                        message: "Content-Length together with Transfer-Encoding."))
-        }
-        if let length = lengths.first {
-            guard let value = Int(length.trimmingASCIISpaces()), value >= 0 else {
-                return Router.finish(.error(400, code: "bad_request", message: "Content-Length is not a number."))
-            }
-            if value > configuration.maxBodyBytes {
-                return Self.tooLarge(configuration.maxBodyBytes)
-            }
-        }
-        return nil
-    }
-
-    static func tooLarge(_ limit: Int) -> HTTPResponse {
-        Router.finish(.error(413, code: "too_large",
-                             message: "The memo is larger than the server accepts (\(limit) bytes)."))
-    }
-
-    private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {
-        context.queued = true
-        context.status = response.status
-        context.route = response.route
-        context.messageID = response.messageID
-        if let reusable = response.reusable {
-            // Built once, then queued again and again (libmicrohttpd counts its references).
-            guard let mhdResponse = reusable.response(building: { Self.build(response) }) else { return .NO }
-            return MHD_queue_response(context.connection, UInt32(response.status), mhdResponse)
-        }
-        guard let mhdResponse = Self.build(response) else { return .NO }
-        defer { MHD_destroy_response(mhdResponse) }
-        return MHD_queue_response(context.connection, UInt32(response.status), mhdResponse)
-    }
-
-    /// A libmicrohttpd response with a copy of the body and every header.
-    fileprivate static func build(_ response: HTTPResponse) -> OpaquePointer? {
-        let mhdResponse = response.body.withUnsafeBytes { raw in
-            MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
-                                            .RESPMEM_MUST_COPY)
-        }
-        guard let mhdResponse else { return nil }
-        for field in response.headers.fields {
-            MHD_add_response_header(mhdResponse, field.name, field.value)
-        }
-        return mhdResponse
-    }
-
-    fileprivate func completed(_ context: RequestContext, reason: MHD_RequestTerminationCode) {
-        activeRequests.subtract(1, ordering: .releasing)
-        let elapsed = Double(monotonicNanoseconds() - context.started) / 1_000_000
-        let outcome = reason == .REQUEST_TERMINATED_COMPLETED_OK ? "\(context.status)" : "aborted"
-        logger.info("request", metadata: [
-            "method": Self.loggable(method: context.method), "path": context.route ?? "-",
-            "status": outcome, "duration_ms": String(Double(Int(elapsed * 100)) / 100),
-            "message.id": context.messageID ?? "-",
-        ])
-    }
-
-    /// Methods are client-chosen text: log only the ones HTTP defines.
-    private static func loggable(method: String) -> String {
-        ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"].contains(method)
-            ? method : "OTHER"
     }
 }

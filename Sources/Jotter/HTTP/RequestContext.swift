@@ -1,38 +1,73 @@
 import CMicroHTTPD
+import Glibc
 import Synchronization
 
-/// One request's state, from its first callback to its completion.
+/// One request's state, from its request line to its completion.
 ///
 /// Not `Sendable`: libmicrohttpd calls back for one connection on one thread at a time, and only those
 /// callbacks touch these fields. The one part another thread touches, the handler's answer, is `reply`.
 final class RequestContext {
     let connection: OpaquePointer
+    /// The connection's id in the `ConnectionRegistry` (0 if unknown).
+    let connectionID: Int
     let started = monotonicNanoseconds()
+    /// The request-target exactly as sent (before libmicrohttpd unescapes it).
+    let target: String
+    /// Where the request-target's C string ended in libmicrohttpd's buffer (a NUL byte inside the
+    /// target ends it early).
+    let targetEnd: UInt
     var method = ""
-    var path = ""
     var headers = HTTPHeaders()
+    var head = RequestFraming.Head()
+    var fieldSpans: [RequestFraming.FieldSpan] = []
     var query: [(name: String, value: String)] = []
+    var trailerCount = 0
     var body: [UInt8] = []
+    var headersSeen = false
     var dispatched = false
     var queued = false
     /// Body bytes dropped because the body outgrew the cap.
     var discarded = 0
+    /// Body bytes dropped because the body budget was exhausted.
+    var overBudget = false
+    /// Bytes of the `BodyBudget` this request holds.
+    var reservedBytes = 0
     var status = 0
     var route: String?
-    var messageID: String?
     /// The handler's answer, which may come from any thread.
     let reply: Reply
 
-    init(connection: OpaquePointer) {
+    init(connection: OpaquePointer, connectionID: Int, target: UnsafePointer<CChar>) {
         self.connection = connection
+        self.connectionID = connectionID
+        self.target = String(cString: target)
+        targetEnd = UInt(bitPattern: target) + UInt(strlen(target))
         reply = Reply(connection: Connection(pointer: connection))
     }
 
-    func collect(kind: MHD_ValueKind, key: String, value: String) {
-        if kind == .HEADER_KIND {
-            headers.add(name: key, value: value)
-        } else if kind == .GET_ARGUMENT_KIND {
-            query.append((name: key, value: value))
+    /// The path part of the request-target, still percent-encoded (`RequestPath` decodes it).
+    var targetPath: String {
+        String(target.prefix { $0 != "?" })
+    }
+
+    /// One header field (or query argument, or trailer) as libmicrohttpd parsed it.
+    func collect(kind: MHD_ValueKind, key: UnsafePointer<CChar>, keyLength: Int, value: UnsafePointer<CChar>?,
+                 valueLength: Int) {
+        let name = UnsafeRawBufferPointer(start: key, count: keyLength)
+        let text = UnsafeRawBufferPointer(start: value, count: value == nil ? 0 : valueLength)
+        switch kind {
+        case .HEADER_KIND:
+            if !RequestFraming.isToken(name) { head.malformedName = true }
+            if !RequestFraming.isFieldValue(text) { head.malformedValue = true }
+            headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: text, as: UTF8.self))
+            fieldSpans.append(RequestFraming.FieldSpan(name: UInt(bitPattern: key), nameLength: keyLength,
+                                                       value: UInt(bitPattern: value), valueLength: valueLength))
+        case .GET_ARGUMENT_KIND:
+            query.append((name: String(decoding: name, as: UTF8.self), value: String(decoding: text, as: UTF8.self)))
+        case .FOOTER_KIND:
+            trailerCount += 1
+        default:
+            break
         }
     }
 
@@ -44,10 +79,10 @@ final class RequestContext {
         let pointer: OpaquePointer
     }
 
-    /// The handler's answer and whether the connection sleeps waiting for it.
+    /// The handler's answer, the message id it names, and whether the connection sleeps waiting for it.
     final class Reply: Sendable {
         private let connection: Connection
-        private let state = Mutex<(response: HTTPResponse?, suspended: Bool)>((nil, false))
+        private let state = Mutex<(response: HTTPResponse?, messageID: String?, suspended: Bool)>((nil, nil, false))
 
         init(connection: Connection) {
             self.connection = connection
@@ -57,6 +92,7 @@ final class RequestContext {
         func complete(_ response: HTTPResponse) {
             state.withLock { state in
                 state.response = response
+                state.messageID = response.messageID
                 if state.suspended {
                     state.suspended = false
                     MHD_resume_connection(connection.pointer)
@@ -64,17 +100,25 @@ final class RequestContext {
             }
         }
 
-        /// On the connection's callback: the answer if it is in, else suspend the connection until it is.
-        func takeOrSuspend() -> HTTPResponse? {
+        /// On the connection's callback: the answer if it is in; else nil, and with `suspending` the
+        /// connection sleeps until it is.
+        func take(suspending: Bool) -> HTTPResponse? {
             state.withLock { state in
                 if let response = state.response {
                     state.response = nil
                     return response
                 }
-                MHD_suspend_connection(connection.pointer)
-                state.suspended = true
+                if suspending {
+                    MHD_suspend_connection(connection.pointer)
+                    state.suspended = true
+                }
                 return nil
             }
+        }
+
+        /// The message id of the answer, once the handler gave one (also if it was never sent).
+        var messageID: String? {
+            state.withLock { $0.messageID }
         }
     }
 }

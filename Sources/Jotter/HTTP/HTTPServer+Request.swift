@@ -1,0 +1,279 @@
+import CMicroHTTPD
+import Glibc
+
+// MARK: libmicrohttpd callbacks: each hands over to Swift at once.
+
+/// MHD_OPTION_NOTIFY_CONNECTION: a connection started or closed.
+func jotterConnectionChanged(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_ConnectionNotificationCode
+) {
+    guard let cls, let connection, let socketContext else { return }
+    Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        .connectionChanged(connection, socketContext: socketContext, started: code == .CONNECTION_NOTIFY_STARTED)
+}
+
+/// MHD_OPTION_URI_LOG_CALLBACK: a request line was parsed; the result becomes the request's `*req_cls`.
+func jotterRequestLine(
+    _ cls: UnsafeMutableRawPointer?, _ uri: UnsafePointer<CChar>?, _ connection: OpaquePointer?
+) -> UnsafeMutableRawPointer? {
+    guard let cls, let uri, let connection else { return nil }
+    return Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue().requestLine(uri, connection: connection)
+}
+
+/// The access handler: the headers are in (first call), a piece of body, or the request is complete.
+func jotterAccessHandler(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+    _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
+    _ uploadSize: UnsafeMutablePointer<Int>?, _ requestSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let cls, let uploadSize, let pointer = requestSlot?.pointee else { return .NO }
+    return Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        .access(Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue(), method: method,
+                version: version, uploadData: uploadData, uploadSize: uploadSize)
+}
+
+/// MHD_OPTION_NOTIFY_COMPLETED: the request ended, answered or not; releases its context.
+func jotterRequestCompleted(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+    _ requestSlot: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ reason: MHD_RequestTerminationCode
+) {
+    guard let cls, let requestSlot, let pointer = requestSlot.pointee else { return }
+    requestSlot.pointee = nil
+    Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+        .completed(Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue(), reason: reason)
+}
+
+private func jotterCollectValue(
+    _ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ keyLength: Int,
+    _ value: UnsafePointer<CChar>?, _ valueLength: Int
+) -> MHD_Result {
+    guard let cls, let key else { return .YES }
+    Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
+        .collect(kind: kind, key: key, keyLength: keyLength, value: value, valueLength: valueLength)
+    return .YES
+}
+
+// MARK: One request, from its request line to its completion.
+
+extension HTTPServer {
+    /// A connection opened (registered, and room made for it) or closed.
+    func connectionChanged(_ connection: OpaquePointer,
+                           socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>, started: Bool) {
+        guard started else {
+            registry.closed(Int(bitPattern: socketContext.pointee))
+            return
+        }
+        let id = registry.opened(descriptor: jotter_mhd_connection_fd(connection),
+                                 client: ConnectionRegistry.client(address: Self.clientAddress(connection)),
+                                 now: monotonicNanoseconds())
+        socketContext.pointee = UnsafeMutableRawPointer(bitPattern: id)
+    }
+
+    /// The request line is in: its context is born, with the request-target as the client sent it. From
+    /// here on libmicrohttpd reports the request's end, also if it refuses the request by itself.
+    func requestLine(_ uri: UnsafePointer<CChar>, connection: OpaquePointer) -> UnsafeMutableRawPointer {
+        let context = RequestContext(connection: connection, connectionID: Int(jotter_mhd_socket_context(connection)),
+                                     target: uri)
+        return Unmanaged.passRetained(context).toOpaque()
+    }
+
+    /// One call of the access handler for `context`'s request.
+    func access(_ context: RequestContext, method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?,
+                uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+        if !context.headersSeen {
+            context.headersSeen = true
+            return headersReceived(context, method: method, version: version)
+        }
+        if uploadSize.pointee > 0 {
+            let count = uploadSize.pointee
+            uploadSize.pointee = 0
+            return receive(context, uploadData, count: count)
+        }
+        return finish(context)
+    }
+
+    /// First call: the headers are in. Refuse bad framing now, before any body is read.
+    private func headersReceived(_ context: RequestContext, method: UnsafePointer<CChar>?,
+                                 version: UnsafePointer<CChar>?) -> MHD_Result {
+        registry.headersReceived(context.connectionID)
+        activeRequests.add(1, ordering: .relaxed)
+        context.method = method.map { String(cString: $0) } ?? ""
+        let me = Unmanaged.passUnretained(context).toOpaque()
+        MHD_get_connection_values_n(context.connection, .HEADER_KIND, jotterCollectValue, me)
+        MHD_get_connection_values_n(context.connection, .GET_ARGUMENT_KIND, jotterCollectValue, me)
+        context.head.headers = context.headers
+        context.head.version = version.map { String(cString: $0) } ?? ""
+        if RequestFraming.checksLayout, let method, let version, strlen(version) > 0 {
+            // Where 0.9.75 parsed the request in place (see RequestFraming.layoutIsIntact).
+            let versionStart = UInt(bitPattern: version)
+            context.head.targetIntact = context.targetEnd + 1 == versionStart
+            context.head.layoutIntact = RequestFraming.layoutIsIntact(
+                requestLineEnd: versionStart + UInt(strlen(version)), fields: context.fieldSpans,
+                headerEnd: UInt(bitPattern: method) + UInt(jotter_mhd_header_size(context.connection)))
+        }
+        context.fieldSpans = []
+        if let refusal = RequestFraming.refusal(context.head, maxBodyBytes: configuration.maxBodyBytes) {
+            return queue(refusal, context)
+        }
+        if let length = context.headers["Content-Length"].flatMap({ Int($0) }), length > 0 {
+            guard bodyBudget.reserve(length) else { return queue(Self.busy, context) }
+            context.reservedBytes = length
+            context.body.reserveCapacity(length)
+        }
+        return .YES
+    }
+
+    /// A piece of the body: keep it if it fits the cap and the budget, else drop it and answer at the end
+    /// (libmicrohttpd cannot answer while a body is still arriving).
+    private func receive(_ context: RequestContext, _ data: UnsafePointer<CChar>?, count: Int) -> MHD_Result {
+        if context.queued { return .YES }
+        let needed = context.body.count + count
+        if context.discarded == 0 && needed > configuration.maxBodyBytes {
+            dropBody(context)
+        } else if context.discarded == 0 && needed > context.reservedBytes {
+            // A chunked body: reserve as it grows, doubling, up to the cap.
+            let target = min(max(needed, 2 * context.reservedBytes, 16 * 1024), configuration.maxBodyBytes)
+            if bodyBudget.reserve(target - context.reservedBytes) {
+                context.reservedBytes = target
+                context.body.reserveCapacity(target)
+            } else {
+                context.overBudget = true
+                dropBody(context)
+            }
+        }
+        if context.discarded > 0 || context.overBudget {
+            context.discarded += count
+            // A client that keeps sending far past the cap is cut off.
+            return context.discarded > 4 * configuration.maxBodyBytes + 1_048_576 ? .NO : .YES
+        }
+        if let data {
+            context.body.append(contentsOf: UnsafeRawBufferPointer(start: data, count: count))
+        }
+        return .YES
+    }
+
+    private func dropBody(_ context: RequestContext) {
+        context.body = []
+        bodyBudget.release(context.reservedBytes)
+        context.reservedBytes = 0
+        context.discarded = max(context.discarded, 1)
+    }
+
+    /// The request is complete: hand it over, and answer when the handler has.
+    private func finish(_ context: RequestContext) -> MHD_Result {
+        if context.queued { return .YES }
+        if context.overBudget { return queue(Self.busy, context) }
+        if context.discarded > 0 { return queue(RequestFraming.tooLarge(configuration.maxBodyBytes), context) }
+        if !context.dispatched {
+            MHD_get_connection_values_n(context.connection, .FOOTER_KIND, jotterCollectValue,
+                                        Unmanaged.passUnretained(context).toOpaque())
+            if context.trailerCount > 0 {
+                // Framing gone wrong ends the connection, as libmicrohttpd does for refusals before the body.
+                var refusal = RequestFraming.badRequest("Trailer fields are not accepted.")
+                refusal.headers.add(name: "Connection", value: "close")
+                return queue(refusal, context)
+            }
+            context.dispatched = true
+            registry.answering(context.connectionID)
+            let request = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
+                                      headers: context.headers, body: context.body,
+                                      remoteAddress: Self.clientAddress(context.connection))
+            context.body = []
+            handler(request) { [reply = context.reply] response in reply.complete(response) }
+            // Not suspended yet, on purpose: libmicrohttpd suspends a connection with the event it last
+            // waited for, here "read", and reads first when it resumes; a client that half-closed after
+            // its request (shutdown(SHUT_WR)) then reads as gone, and its answer was dropped. Returned
+            // without an answer, libmicrohttpd parks the connection (no reading) and calls again at once;
+            // that call suspends, parked.
+            return answerIfReady(context, suspending: false)
+        }
+        return answerIfReady(context, suspending: true)
+    }
+
+    private func answerIfReady(_ context: RequestContext, suspending: Bool) -> MHD_Result {
+        guard let response = context.reply.take(suspending: suspending) else { return .YES }
+        return queue(response, context)
+    }
+
+    /// `503` with `Retry-After`: the body budget is spent.
+    static var busy: HTTPResponse {
+        var response = HTTPResponse.error(503, code: "busy",
+                                          message: "The server is receiving too much at once; try again shortly.")
+        response.headers.add(name: "Retry-After", value: "2")
+        return Router.finish(response)
+    }
+
+    private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {
+        context.queued = true
+        context.status = response.status
+        context.route = response.route
+        registry.answering(context.connectionID)
+        if let reusable = response.reusable {
+            // Built once, then queued again and again (libmicrohttpd counts its references).
+            guard let mhdResponse = reusable.response(building: { Self.build(response) }) else { return .NO }
+            return MHD_queue_response(context.connection, UInt32(response.status), mhdResponse)
+        }
+        guard let mhdResponse = Self.build(response) else { return .NO }
+        defer { MHD_destroy_response(mhdResponse) }
+        return MHD_queue_response(context.connection, UInt32(response.status), mhdResponse)
+    }
+
+    /// A libmicrohttpd response with a copy of the body and every header.
+    fileprivate static func build(_ response: HTTPResponse) -> OpaquePointer? {
+        let mhdResponse = response.body.withUnsafeBytes { raw in
+            MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
+                                            .RESPMEM_MUST_COPY)
+        }
+        guard let mhdResponse else { return nil }
+        for field in response.headers.fields {
+            MHD_add_response_header(mhdResponse, field.name, field.value)
+        }
+        return mhdResponse
+    }
+
+    /// The request ended: answered, refused (by us or by libmicrohttpd), closed by the registry, or
+    /// abandoned by the client. An abandoned request whose memo was stored is logged with its id, so
+    /// the memo can be found when the client, having had no answer, sends it again.
+    func completed(_ context: RequestContext, reason: MHD_RequestTerminationCode) {
+        if context.headersSeen { activeRequests.subtract(1, ordering: .releasing) }
+        bodyBudget.release(context.reservedBytes)
+        context.reservedBytes = 0
+        registry.requestEnded(context.connectionID, now: monotonicNanoseconds())
+        let elapsed = Double(monotonicNanoseconds() - context.started) / 1_000_000
+        let messageID = context.reply.messageID
+        let outcome: String
+        let ownStatus = context.queued ? 0 : Int(jotter_mhd_queued_status(context.connection))
+        if reason == .REQUEST_TERMINATED_COMPLETED_OK && context.queued {
+            outcome = String(context.status)
+        } else if let closing = registry.closing(context.connectionID) {
+            outcome = closing.rawValue
+        } else if ownStatus != 0 {
+            outcome = String(ownStatus)  // refused by libmicrohttpd itself (400, 413, 431)
+        } else {
+            outcome = "aborted"
+        }
+        logger.info("request", metadata: [
+            "method": Self.loggable(method: context.method), "path": context.route ?? "-",
+            "status": outcome, "duration_ms": String(Double(Int(elapsed * 100)) / 100),
+            "message.id": messageID ?? "-",
+        ])
+        if reason != .REQUEST_TERMINATED_COMPLETED_OK, let messageID {
+            logger.notice("client left before its answer; the memo is stored", metadata: ["message.id": messageID])
+        }
+    }
+
+    /// Methods are client-chosen text: log only the ones HTTP defines.
+    private static func loggable(method: String) -> String {
+        if method.isEmpty { return "-" }  // refused before its headers were read
+        return ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"].contains(method)
+            ? method : "OTHER"
+    }
+
+    /// The client's IP address as text ("" if unknown).
+    static func clientAddress(_ connection: OpaquePointer) -> String {
+        var address = [CChar](repeating: 0, count: 64)
+        jotter_mhd_client_address(connection, &address, address.count)
+        return String(decoding: address.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
+    }
+}
