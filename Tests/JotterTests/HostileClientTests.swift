@@ -653,3 +653,33 @@ extension TestServer {
         #expect(try server.storedCount() == 1)
     }
 }
+
+// MARK: Command line
+
+@Suite struct EdgeOptionTests {
+    static func http(_ arguments: [String], environment: [String: String] = [:]) throws -> HTTPServer.Configuration {
+        guard case .serve(let configuration) = try CommandLineOptions.parse(
+            ["serve"] + arguments, environment: environment, sourceRoot: "/nonexistent/Sources/JotterCLI/main.swift")
+        else { throw RawHTTP.Failure(description: "not serve") }
+        return configuration.http
+    }
+
+    @Test func limitsComeFromFlagsOrTheEnvironment() throws {
+        let defaults = try Self.http([])
+        #expect(defaults.headerTimeoutSeconds == 10 && defaults.requestTimeoutSeconds == 60)
+        #expect(defaults.bodyMemoryBytes == 32 << 20 && defaults.perIPConnectionLimit == 64)
+        let flags = try Self.http(["--header-timeout", "5", "--request-timeout=30", "--body-memory", "8388608",
+                                   "--connections-per-client", "2000"])
+        #expect(flags.headerTimeoutSeconds == 5 && flags.requestTimeoutSeconds == 30)
+        #expect(flags.bodyMemoryBytes == 8 << 20 && flags.perIPConnectionLimit == 2000)
+        let environment = try Self.http([], environment: ["JOTTER_HEADER_TIMEOUT": "7", "JOTTER_REQUEST_TIMEOUT": "9",
+                                                          "JOTTER_BODY_MEMORY": "2097152",
+                                                          "JOTTER_CONNECTIONS_PER_CLIENT": "32"])
+        #expect(environment.headerTimeoutSeconds == 7 && environment.requestTimeoutSeconds == 9)
+        #expect(environment.bodyMemoryBytes == 2 << 20 && environment.perIPConnectionLimit == 32)
+        for bad in [["--header-timeout", "0"], ["--request-timeout", "x"], ["--body-memory", "1000"],
+                    ["--connections-per-client", "8"]] {
+            #expect(throws: CommandLineOptions.UsageError.self, "\(bad)") { try Self.http(bad) }
+        }
+    }
+}

@@ -100,6 +100,15 @@ public enum CommandLineOptions {
           --rate-limit N|off   memos per minute per client, in bursts of N (JOTTER_RATE_LIMIT;
                                default 300); beyond it: 429 with Retry-After
           --max-body BYTES     largest memo request accepted (JOTTER_MAX_BODY; default 262144)
+          --body-memory BYTES  request bodies held in memory at once, over all clients; beyond it
+                               503 with Retry-After (JOTTER_BODY_MEMORY; default 33554432)
+          --header-timeout S   seconds a request's headers may take, however slowly they trickle
+                               (JOTTER_HEADER_TIMEOUT; default 10)
+          --request-timeout S  seconds a whole request may take, headers and body
+                               (JOTTER_REQUEST_TIMEOUT; default 60)
+          --connections-per-client N
+                               connections one client may hold; this machine is one client
+                               (JOTTER_CONNECTIONS_PER_CLIENT; default 64, at least 16)
           --public-dir PATH    the page's files (JOTTER_PUBLIC_DIR; default ./Public)
           --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_LOG_LEVEL; default info)
           -h, --help           this text
@@ -154,6 +163,9 @@ public enum CommandLineOptions {
                      "--retry-cap": "JOTTER_RETRY_CAP", "--allowed-host": "JOTTER_ALLOWED_HOSTS",
                      "--warn-after": "JOTTER_WARN_AFTER", "--undo-seconds": "JOTTER_UNDO_SECONDS",
                      "--rate-limit": "JOTTER_RATE_LIMIT", "--max-body": "JOTTER_MAX_BODY",
+                     "--body-memory": "JOTTER_BODY_MEMORY", "--header-timeout": "JOTTER_HEADER_TIMEOUT",
+                     "--request-timeout": "JOTTER_REQUEST_TIMEOUT",
+                     "--connections-per-client": "JOTTER_CONNECTIONS_PER_CLIENT",
                      "--public-dir": "JOTTER_PUBLIC_DIR",
                      "--log-level": "JOTTER_LOG_LEVEL"]
         for (flag, variable) in flags {
@@ -262,6 +274,7 @@ public enum CommandLineOptions {
             }
             configuration.http.maxBodyBytes = number
         }
+        try parseLimits(values, into: &configuration.http)
         if let level = values["--log-level"] {
             guard let parsed = Logger.Level(name: level) else {
                 throw UsageError(description: "--log-level must be one of trace, debug, info, notice, warning, error")
@@ -334,6 +347,24 @@ public enum CommandLineOptions {
             }
         }
         return .history(url: url, token: token, limit: limit)
+    }
+
+    /// The HTTP edge's limits: body memory, deadlines, connections per client.
+    private static func parseLimits(_ values: [String: String], into http: inout HTTPServer.Configuration) throws {
+        func number(_ flag: String, _ range: ClosedRange<Int>, _ unit: String) throws -> Int? {
+            guard let text = values[flag] else { return nil }
+            guard let value = Int(text), range.contains(value) else {
+                throw UsageError(description: "\(flag) must be a number of \(unit) from \(range.lowerBound) to "
+                                 + "\(range.upperBound)")
+            }
+            return value
+        }
+        if let bytes = try number("--body-memory", 1_048_576...(16 << 30), "bytes") { http.bodyMemoryBytes = bytes }
+        if let seconds = try number("--header-timeout", 1...3600, "seconds") { http.headerTimeoutSeconds = seconds }
+        if let seconds = try number("--request-timeout", 1...86_400, "seconds") { http.requestTimeoutSeconds = seconds }
+        if let count = try number("--connections-per-client", 16...100_000, "connections") {
+            http.perIPConnectionLimit = count
+        }
     }
 
     private static func parseDevices(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
