@@ -43,6 +43,7 @@ bench: deps
 	bench/delivery --no-build
 	bench/page --no-build
 	bench/syncs --no-build
+	bench/hostile --no-build
 
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
