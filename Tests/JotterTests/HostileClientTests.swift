@@ -15,7 +15,8 @@ import Testing
             ("/", "/"), ("//", "/"), ("/history", "/history"), ("//history", "/history"),
             ("/./history", "/history"), ("/history/", "/history"), ("///history//x/.//", "/history/x"),
             ("/i18n/%65n.json", "/i18n/en.json"), ("/%2e/history", "/history"), ("/caf%C3%A9", "/café"),
-            ("/a:b@c!$&'()*+,;=-._~", "/a:b@c!$&'()*+,;=-._~"),
+            ("/a:b@c!$&'()*+,;=-._~", "/a:b@c!$&'()*+,;=-._~"), ("/...", "/..."), ("/a./.b/..c", "/a./.b/..c"),
+            ("/.well-known", "/.well-known"), ("/history/./", "/history"), ("/history/.", "/history"),
         ]
         for (raw, canonical) in cases {
             #expect(RequestPath.normalize(raw) == .success(canonical), "\(raw)")

@@ -208,7 +208,7 @@ extension HTTPServer {
         context.queued = true
         context.status = response.status
         context.route = response.route
-        registry.answering(context.connectionID)
+        if !context.dispatched { registry.answering(context.connectionID) }  // a refusal: spare it too
         if let reusable = response.reusable {
             // Built once, then queued again and again (libmicrohttpd counts its references).
             guard let mhdResponse = reusable.response(building: { Self.build(response) }) else { return .NO }

@@ -85,10 +85,13 @@ enum RequestFraming {
         !bytes.isEmpty && bytes.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"), UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"),
+                 UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "^"),
+                 UInt8(ascii: "`"), UInt8(ascii: "|"):
                 return true
             default:
-                return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+                return false
             }
         }
     }
@@ -128,13 +131,8 @@ enum RequestFraming {
 
     /// RFC 3986 reg-name: unreserved, pct-encoded (its `%`), sub-delims.
     private static func isRegNameCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        default:
-            return Array("-._~%!$&'()*+,;=".utf8).contains(byte)
-        }
+        byte == UInt8(ascii: "%") || (RequestPath.isPathCharacter(byte) && byte != UInt8(ascii: ":")
+                                      && byte != UInt8(ascii: "@"))
     }
 
     /// Whether libmicrohttpd 0.9.75 left every header line in place, as it does for well-formed ones.

@@ -49,6 +49,7 @@ public enum RequestPath {
 
     /// The canonical form of `raw`, or why it is refused.
     public static func normalize(_ raw: String) -> Result<String, Refusal> {
+        if isCanonical(raw) { return .success(raw) }
         let bytes = Array(raw.utf8)
         guard bytes.first == UInt8(ascii: "/") else { return .failure(.notAPath) }
         var segments: [String] = []
@@ -91,14 +92,38 @@ public enum RequestPath {
     }
 
     /// RFC 3986 `pchar` without `%`: unreserved, sub-delims, `:` and `@`.
-    private static func isPathCharacter(_ byte: UInt8) -> Bool {
+    static func isPathCharacter(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"):
+             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+             UInt8(ascii: "~"), UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","),
+             UInt8(ascii: ";"), UInt8(ascii: "="), UInt8(ascii: ":"), UInt8(ascii: "@"):
             return true
         default:
-            return Array("-._~!$&'()*+,;=:@".utf8).contains(byte)
+            return false
         }
+    }
+
+    /// Already canonical: starts with `/`, no escape, no empty, `.` or `..` segment, only path characters.
+    /// Every request from the page and from curl looks like this; one pass, no allocation.
+    private static func isCanonical(_ raw: String) -> Bool {
+        let bytes = raw.utf8
+        guard bytes.first == UInt8(ascii: "/") else { return false }
+        if bytes.count == 1 { return true }
+        var length = 0, dots = 0
+        for byte in bytes.dropFirst() {
+            if byte == UInt8(ascii: "/") {
+                if length == 0 || (dots == length && length <= 2) { return false }
+                length = 0
+                dots = 0
+            } else {
+                guard isPathCharacter(byte) else { return false }
+                length += 1
+                if byte == UInt8(ascii: ".") { dots += 1 }
+            }
+        }
+        return length > 0 && !(dots == length && length <= 2)
     }
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {
