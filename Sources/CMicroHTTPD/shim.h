@@ -100,6 +100,14 @@ static inline unsigned int jotter_mhd_queued_status(struct MHD_Connection *conne
     return info == NULL ? 0 : info->http_status;
 }
 
+/// Whether the client has already closed its sending side (a read would see end-of-file now). Peeks, so
+/// nothing is consumed; for TLS it sees the TCP stream, where a FIN is a FIN as well.
+static inline int jotter_mhd_peer_finished(struct MHD_Connection *connection) {
+    int fd = jotter_mhd_connection_fd(connection);
+    char byte;
+    return fd >= 0 && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 /// Gives freed heap memory back to the system (glibc; malloc.h).
 static inline void jotter_malloc_trim(void) {
     (void)malloc_trim(0);

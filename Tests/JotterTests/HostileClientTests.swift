@@ -381,7 +381,11 @@ extension TestServer {
     /// connections open: each gets its 204, and exactly the answered memos are stored.
     @Test func halfClosedPostsAllGetTheirAnswers() throws {
         let directory = TemporaryDirectory()
-        let server = try TestServer(dataDirectory: directory.file("data"))
+        // Deadlines far away: the connections must end because the answer ends them, not a timeout.
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.http.headerTimeoutSeconds = 120
+            $0.http.idleTimeoutSeconds = 120
+        }
         defer { server.stop() }
         let idle = try (0..<4).map { _ in try Peer(port: server.port) }
         let peers = try (0..<40).map { index in
@@ -392,9 +396,19 @@ extension TestServer {
         }
         var ids: Set<String> = []
         for (index, peer) in peers.enumerated() {
-            let response = peer.response()
+            let (bytes, closed) = peer.readAll(timeout: 30)
+            let response = RawHTTP.parse(bytes)
             #expect(response?.status == 204, "memo \(index): \(String(describing: response?.status))")
+            #expect(closed, "memo \(index): the connection ends with its answer")
             if let id = response?.header("X-Message-Id") { ids.insert(id) }
+        }
+        for index in 0..<5 {  // and a request answered at once, not after a commit
+            let peer = try Peer(port: server.port)
+            peer.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\n\r\n")
+            peer.halfClose()
+            let (bytes, closed) = peer.readAll(timeout: 30)
+            #expect(RawHTTP.parse(bytes)?.status == 200, "GET \(index)")
+            #expect(closed, "GET \(index): the connection ends with its answer")
         }
         #expect(ids.count == 40)
         #expect(try server.storedCount() == ids.count, "as many memos stored as answered")
@@ -410,6 +424,7 @@ extension TestServer {
         defer { server.stop() }
         // Hold SQLite's write lock so the memo cannot be committed until the client is gone.
         let blocker = try Database(path: server.dataDirectory + "/jotter.db")
+        try blocker.execute("PRAGMA busy_timeout = 20000")  // the server may be writing at this moment
         try blocker.execute("BEGIN IMMEDIATE")
         let peer = try Peer(port: server.port)
         #expect(peer.send(server.post("stored, never answered")))

@@ -175,6 +175,10 @@ extension HTTPServer {
                 return queue(refusal, context)
             }
             context.dispatched = true
+            // libmicrohttpd 0.9.75 takes a short read to mean "drained" and waits for the next epoll edge;
+            // an end-of-file that came with the request (nc -N) brings none, so it would notice only at a
+            // timeout. Seen now, the answer says Connection: close and the connection ends with it.
+            context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0
             registry.answering(context.connectionID)
             let request = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
                                       headers: context.headers, body: context.body,
@@ -205,6 +209,11 @@ extension HTTPServer {
     }
 
     private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {
+        var response = response
+        if context.peerFinished {
+            response.reusable = nil
+            response.headers.add(name: "Connection", value: "close")
+        }
         context.queued = true
         context.status = response.status
         context.route = response.route

@@ -25,6 +25,8 @@ final class RequestContext {
     var body: [UInt8] = []
     var headersSeen = false
     var dispatched = false
+    /// The client sent its whole request and end-of-file with it: answer with `Connection: close`.
+    var peerFinished = false
     var queued = false
     /// Body bytes dropped because the body outgrew the cap.
     var discarded = 0
