@@ -220,6 +220,18 @@ import Testing
         #expect(closed.list.sorted() == [1, 2, 4])
     }
 
+    /// The posting and failed-token limits count clients the same way.
+    @Test func rateLimitsCountThisMachineAsOneClient() {
+        let limiter = RateLimiter(limits: .init(burst: 2, perSecond: 0.001), clock: ManualClock())
+        #expect(limiter.retryAfter(client: "127.0.0.1") == nil)
+        #expect(limiter.retryAfter(client: "127.0.1.9") == nil)
+        #expect(limiter.retryAfter(client: "::1") != nil, "a third from this machine")
+        #expect(limiter.retryAfter(client: "2001:db8:0:1::5") == nil)
+        #expect(limiter.retryAfter(client: "2001:db8:0:1::6") == nil)
+        #expect(limiter.retryAfter(client: "2001:db8:0:1:ffff::7") != nil, "a third from the same /64")
+        #expect(limiter.retryAfter(client: "192.0.2.1") == nil)
+    }
+
     @Test func theBodyBudgetReservesAndReleases() {
         let budget = BodyBudget(limit: 1000)
         #expect(budget.reserve(600))

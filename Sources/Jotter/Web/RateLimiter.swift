@@ -32,8 +32,11 @@ public final class RateLimiter: Sendable {
         self.clock = clock
     }
 
-    /// Takes a token for `client`; nil when allowed, else the seconds until one is available.
-    public func retryAfter(client: String) -> Int? {
+    /// Takes a token for `client` (a peer address: all of this machine's share one bucket, an IPv6
+    /// address its /64's, as for the connection limits); nil when allowed, else the seconds until one
+    /// is available.
+    public func retryAfter(client address: String) -> Int? {
+        let client = ConnectionRegistry.client(address: address)
         let now = clock.nowMilliseconds()
         return buckets.withLock { buckets -> Int? in
             if buckets.count > 10_000 {
