@@ -186,9 +186,9 @@ final class ConnectionRegistry: Sendable {
     /// The client a peer address belongs to, for the limits: this machine (all of 127.0.0.0/8, ::1 and
     /// their IPv4-mapped forms) is one client, an IPv4 address is one, an IPv6 address counts by its /64.
     static func client(address: String) -> String {
+        if Loopback.contains(address: address) { return "this machine" }
         var address = address
         if address.lowercased().hasPrefix("::ffff:") && address.contains(".") { address = String(address.dropFirst(7)) }
-        if address == "::1" || address.hasPrefix("127.") { return "this machine" }
         guard address.contains(":") else { return address }
         var bytes = in6_addr()
         guard inet_pton(AF_INET6, address, &bytes) == 1 else { return address }
