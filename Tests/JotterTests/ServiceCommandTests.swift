@@ -28,6 +28,21 @@ import Testing
                           "--port 7474", "--lan", "--warn-after 600"] {
             #expect(unit.contains(directive), "missing \(directive)")
         }
+        // The unit's command line means what the user asked for: parsed back, the same configuration.
+        let execStart = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+        let words = execStart.dropFirst("ExecStart=".count).split(separator: " ").map(String.init)
+        try #require(words.count > 2)
+        try "smtps://ana%40example.com:S3cret-Pass@smtp.example.com:465\n".write(
+            toFile: directory.file("data-relay"), atomically: true, encoding: .utf8)
+        let reparsed = words.dropFirst().map { $0 == directory.file("data/relay") ? directory.file("data-relay") : $0 }
+        guard case .serve(let again) = try CommandLineOptions.parse(Array(reparsed), environment: [:],
+                                                                     sourceRoot: #filePath) else {
+            Issue.record("the unit's ExecStart does not parse as serve")
+            return
+        }
+        #expect(again.http.port == 7474 && again.lan && again.delivery.warnAfterMilliseconds == 600_000)
+        #expect(again.relay == configuration.relay)
+        #expect(again.dataDirectory == configuration.dataDirectory)
         let path = directory.file("jotter.service")
         try unit.write(toFile: path, atomically: true, encoding: .utf8)
         let analyze = "/usr/bin/systemd-analyze"

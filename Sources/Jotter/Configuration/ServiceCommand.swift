@@ -23,7 +23,18 @@ public enum ServiceCommand {
         if configuration.lan { arguments.append("--lan") }
         if configuration.insecureHTTP { arguments.append("--insecure-http") }
         for host in configuration.allowedHosts { arguments += ["--allowed-host", host] }
-        arguments += ["--warn-after", String(configuration.delivery.warnAfterMilliseconds / 1000)]
+        // Every option given on the command line, as it was parsed (defaults included: explicit is clearer).
+        arguments += ["--warn-after", String(configuration.delivery.warnAfterMilliseconds / 1000),
+                      "--undo-seconds", String(configuration.undoMilliseconds / 1000),
+                      "--slots", String(configuration.delivery.slots),
+                      "--retry-cap", String(configuration.delivery.retryPolicy.capMilliseconds / 1000),
+                      "--rate-limit", configuration.rateLimit.map { String(Int($0.burst)) } ?? "off",
+                      "--max-body", String(configuration.http.maxBodyBytes),
+                      "--body-memory", String(configuration.http.bodyMemoryBytes),
+                      "--header-timeout", String(configuration.http.headerTimeoutSeconds),
+                      "--request-timeout", String(configuration.http.requestTimeoutSeconds),
+                      "--connections-per-client", String(configuration.http.perIPConnectionLimit),
+                      "--log-level", "\(configuration.logLevel)"]
         // Where the relay writes besides the data directory (a Maildir or notes folder elsewhere).
         var writable = [configuration.dataDirectory]
         if let relay = configuration.relay, let path = localPath(relay) { writable.append(path) }
