@@ -1,0 +1,282 @@
+import Foundation
+
+/// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
+/// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
+///
+/// It holds the keys; the store sees only keyed hashes and sealed blobs. It logs no content: never an
+/// address, a code, a secret, a subject or a body.
+public final class RelayService: Sendable {
+    /// What a registration led to.
+    public enum Registration: Sendable, Equatable {
+        /// A new device and its secret (shown this once).
+        case registered(deviceID: String, secret: String)
+        /// Registration needs an invite and none (or no valid one) was given.
+        case inviteInvalid
+        /// Too many registrations from this address.
+        case limited([LimitState])
+    }
+
+    /// What a code request led to.
+    public enum CodeRequest: Sendable, Equatable {
+        /// A code is on its way (durably in the outbox); `limits`: the per-IP layers after spending.
+        case sent(limits: [LimitState])
+        /// Not now (cooldown, a cap, a per-IP limit).
+        case limited(reason: String, retryAfterSeconds: Int64, limits: [LimitState])
+    }
+
+    /// A destination as a device sees it.
+    public struct Destination: Sendable, Equatable {
+        /// The address.
+        public var address: String
+        /// When a code for it was first asked for, epoch ms.
+        public var createdAt: Int64
+        /// When it was verified, epoch ms.
+        public var verifiedAt: Int64?
+    }
+
+    /// What sending a message led to.
+    public enum Sending: Sendable, Equatable {
+        /// Durably in the outbox under `id` (`limits`: the layers after spending).
+        case accepted(id: String, limits: [LimitState])
+        /// The same `Idempotency-Key` and payload were accepted before, as `id`.
+        case replayed(id: String)
+        /// The key was used with another payload.
+        case conflict
+        /// The key is held by a request still in progress.
+        case inFlight
+        /// `to` is not verified for this device.
+        case unverified
+        /// A limit refused; nothing was spent.
+        case limited([LimitState])
+    }
+
+    /// Storing failed (a full disk, an I/O error): nothing was accepted.
+    public struct StorageFailure: Error, Sendable {
+        /// Whether the disk is full.
+        public var diskFull: Bool
+    }
+
+    private let store: any RelayStore
+    private let outbox: Outbox
+    private let keys: RelayKeys
+    private let configuration: RelayConfiguration
+    private let clock: any WallClock
+    private let logger: Logger
+
+    /// A service over `store`, accepting into `outbox` (whose data directory's keys it derives its own from).
+    public init(store: any RelayStore, outbox: Outbox, configuration: RelayConfiguration,
+                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "relay")) throws {
+        self.store = store
+        self.outbox = outbox
+        self.keys = try RelayKeys(outbox: outbox)
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    // MARK: Devices
+
+    /// A new invite (works once, for `inviteLifetimeMilliseconds`).
+    public func issueInvite() async throws -> (invite: String, expiresAt: Int64) {
+        let invite = try RelayKeys.newSecret(prefix: "jri_")
+        let now = clock.nowMilliseconds()
+        let expiresAt = now + configuration.inviteLifetimeMilliseconds
+        try await store.createInvite(hash: keys.secretHash(invite, kind: "invite"), now: now, expiresAt: expiresAt)
+        return (invite, expiresAt)
+    }
+
+    /// Registers a device for `client` (an IP address), with `invite` when registration needs one.
+    public func register(invite: String?, client: String) async throws -> Registration {
+        let now = clock.nowMilliseconds()
+        let inviteHash: [UInt8]?
+        switch configuration.registration {
+        case .open:
+            inviteHash = nil
+        case .invite:
+            guard let invite, (1...128).contains(invite.utf8.count) else { return .inviteInvalid }
+            inviteHash = keys.secretHash(invite, kind: "invite")
+        }
+        let charges = configuration.limits.registrationsPerIPHour.map {
+            [LimitCharge(policy: "ip-registrations-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
+        } ?? []
+        if !charges.isEmpty, case .refused(let states) = try await store.spend(charges, now: now) {
+            return .limited(states)
+        }
+        let id = UUID().uuidString.lowercased()
+        let secret = try RelayKeys.newSecret(prefix: "jrs_")
+        guard try await store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
+                                             inviteHash: inviteHash, now: now) else { return .inviteInvalid }
+        logger.info("device registered", metadata: ["device.id": id])
+        return .registered(deviceID: id, secret: secret)
+    }
+
+    /// The device a bearer secret belongs to, if any.
+    public func authenticate(secret: String) async throws -> String? {
+        guard secret.hasPrefix("jrs_"), secret.utf8.count <= 128 else { return nil }
+        return try await store.device(secretHash: keys.secretHash(secret, kind: "device"))
+    }
+
+    // MARK: Destinations
+
+    /// Asks for a code for `address` (already validated) in `language`, mailed from the fixed template.
+    /// Known and unknown addresses take exactly the same path.
+    public func requestCode(deviceID: String, address: DestinationAddress, language: String?,
+                            client: String) async throws -> CodeRequest {
+        let now = clock.nowMilliseconds()
+        let code = try VerificationCode.generate()
+        let addressKey = self.addressKey(address)
+        let charges = configuration.limits.codeRequestsPerIPHour.map {
+            [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
+        } ?? []
+        let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
+                              sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
+                              codeHash: codeHash(code, deviceID: deviceID, addressKey: addressKey), now: now,
+                              policy: configuration.codes, charges: charges)
+        switch try await store.issueCode(issue) {
+        case .limited(let reason, let seconds, let limits):
+            logger.info("code request refused", metadata: ["device.id": deviceID, "reason": reason])
+            return .limited(reason: reason, retryAfterSeconds: seconds, limits: limits)
+        case .issued(let limits):
+            let mail = VerificationMail.render(code: code, language: VerificationMail.language(for: language))
+            let id = try await enqueue(MemoDraft(subject: mail.subject, body: mail.body, recipient: address.address))
+            logger.info("code mailed", metadata: ["device.id": deviceID, "message.id": id])
+            return .sent(limits: limits)
+        }
+    }
+
+    /// Checks `code` for `address`.
+    public func confirm(deviceID: String, address: DestinationAddress, code: String) async throws -> ConfirmOutcome {
+        let addressKey = self.addressKey(address)
+        let outcome = try await store.confirmCode(
+            deviceID: deviceID, addressKey: addressKey,
+            presentedHash: codeHash(code, deviceID: deviceID, addressKey: addressKey),
+            now: clock.nowMilliseconds(), maximumAttempts: configuration.codes.maximumAttempts)
+        if outcome == .verified { logger.info("destination verified", metadata: ["device.id": deviceID]) }
+        return outcome
+    }
+
+    /// The device's destinations, oldest first.
+    public func destinations(deviceID: String) async throws -> [Destination] {
+        try await store.destinations(deviceID: deviceID).compactMap { stored in
+            keys.open(address: stored.sealedAddress, deviceID: deviceID).map {
+                Destination(address: $0, createdAt: stored.createdAt, verifiedAt: stored.verifiedAt)
+            }
+        }
+    }
+
+    // MARK: Messages
+
+    /// Accepts a message for `to` (validated) once the device has verified it, within the limits,
+    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do.
+    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String,
+                     idempotencyKey: String?, client: String) async throws -> Sending {
+        let now = clock.nowMilliseconds()
+        let idempotency = idempotencyKey.map { key in
+            IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
+                              payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]))
+        }
+        let admission = MessageAdmission(
+            deviceID: deviceID, addressKey: addressKey(to), idempotency: idempotency,
+            charges: messageCharges(deviceID: deviceID, client: client), now: now,
+            leaseUntil: now + configuration.idempotencyLeaseMilliseconds,
+            expiresAt: now + configuration.idempotencyRetentionMilliseconds)
+        let reservedAt: Int64?, limits: [LimitState]
+        switch try await store.admitMessage(admission) {
+        case .replayed(let id): return .replayed(id: id)
+        case .conflict: return .conflict
+        case .inFlight: return .inFlight
+        case .unverified: return .unverified
+        case .limited(let states):
+            logger.info("message refused by a limit", metadata: [
+                "device.id": deviceID, "limits": states.filter(\.refused).map(\.charge.policy).joined(separator: ","),
+            ])
+            return .limited(states)
+        case .admitted(let at, let states):
+            reservedAt = at
+            limits = states
+        }
+        // The outbox's own key for this reservation: a message stored before a crash is found again
+        // when the reservation is taken over, instead of being stored (and sent) twice.
+        let outboxKey = idempotency.flatMap { hashes in
+            reservedAt.map { "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String($0) }
+        }
+        let id: String
+        do {
+            id = try await enqueue(MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey,
+                                             recipient: to.address))
+        } catch {
+            if let idempotency { try? await store.abandonMessage(keyHash: idempotency.keyHash) }
+            throw error
+        }
+        try await store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
+                                        now: clock.nowMilliseconds())
+        logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
+        return .accepted(id: id, limits: limits)
+    }
+
+    /// Message `id`'s delivery record, if this device sent it.
+    public func status(deviceID: String, id: String) async throws -> MessageRecord? {
+        guard try await store.messageOwner(id: id) == deviceID else { return nil }
+        return try outbox.history.record(id: id)
+    }
+
+    /// The layers a message is checked against, in the order they are shown.
+    func messageCharges(deviceID: String, client: String) -> [LimitCharge] {
+        let limits = configuration.limits
+        let device = Array(deviceID.utf8)
+        var charges: [LimitCharge] = []
+        if let quota = limits.devicePerMinute {
+            charges.append(LimitCharge(policy: "device-minute", partition: device, quota: quota, windowSeconds: 60))
+        }
+        if let quota = limits.devicePerDay {
+            charges.append(LimitCharge(policy: "device-day", partition: device, quota: quota, windowSeconds: 86_400))
+        }
+        if let quota = limits.ipPerHour {
+            charges.append(LimitCharge(policy: "ip-hour", partition: ipPartition(client), quota: quota,
+                                       windowSeconds: 3600))
+        }
+        if let quota = limits.globalPerDay {
+            charges.append(LimitCharge(policy: "relay-day", partition: [], quota: quota, windowSeconds: 86_400,
+                                       advertised: false))
+        }
+        return charges
+    }
+
+    // MARK: Housekeeping
+
+    /// Frees keys held by a process that is gone (at start).
+    public func recoverInterrupted() async throws {
+        try await store.recoverInterrupted()
+    }
+
+    /// Forgets what no rule needs any more.
+    public func purge() async throws {
+        try await store.purge(now: clock.nowMilliseconds())
+    }
+
+    // MARK: Helpers
+
+    private func enqueue(_ draft: MemoDraft) async throws -> String {
+        do {
+            return try await outbox.enqueue(draft).id
+        } catch .storage(_, let diskFull) {
+            throw StorageFailure(diskFull: diskFull)
+        } catch {
+            // The relay's outbox keys never repeat with another payload: a conflict here is a fault.
+            throw StorageFailure(diskFull: false)
+        }
+    }
+
+    private func addressKey(_ address: DestinationAddress) -> [UInt8] {
+        keys.hash("address", [address.normalized])
+    }
+
+    private func codeHash(_ code: String, deviceID: String, addressKey: [UInt8]) -> [UInt8] {
+        keys.hash("code", [deviceID, RelayKeys.hex(addressKey), code])
+    }
+
+    /// A keyed hash of the client's IP address: limits need to tell clients apart, not know them.
+    private func ipPartition(_ client: String) -> [UInt8] {
+        keys.hash("ip", [client])
+    }
+}
