@@ -100,8 +100,7 @@ public final class RelayApplication: Sendable {
                 logger.notice("mail configuration changed; failed messages re-queued", metadata: ["count": "\(count)"])
             }
             // The data directory's lock proves no other process holds a key in flight.
-            let service = service
-            try Self.wait { try await service.recoverInterrupted() }
+            try service.recoverInterrupted()
             try worker.start()
             try server.start()
             let timer = scheduler.makeTimer(queue: housekeepingQueue) { [weak self] in self?.houseKeep() }
@@ -128,13 +127,10 @@ public final class RelayApplication: Sendable {
     }
 
     private func houseKeep() {
-        let service = service, logger = logger
-        Task {
-            do {
-                try await service.purge()
-            } catch {
-                logger.warning("housekeeping failed", metadata: ["error.kind": DeliveryWorker.kind(of: error)])
-            }
+        do {
+            try service.purge()
+        } catch {
+            logger.warning("housekeeping failed", metadata: ["error.kind": DeliveryWorker.kind(of: error)])
         }
         housekeeping.withLock { $0 }?.arm(afterMilliseconds: Self.housekeepingMilliseconds)
     }
@@ -156,20 +152,5 @@ public final class RelayApplication: Sendable {
               !(url.queryItems ?? []).contains(where: { $0.name == "to" }) else { return mail }
         url.queryItems = (url.queryItems ?? []) + [URLQueryItem(name: "to", value: "recipient@relay.invalid")]
         return url.string ?? mail
-    }
-
-    /// Runs `body` to completion from synchronous code (start-up only: never from a task).
-    private static func wait<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-        let result = Mutex<Result<T, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let outcome: Result<T, any Error>
-            do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
-            result.withLock { $0 = outcome }
-            done.signal()
-        }
-        done.wait()
-        guard let outcome = result.withLock({ $0 }) else { throw CancellationError() }
-        return try outcome.get()
     }
 }

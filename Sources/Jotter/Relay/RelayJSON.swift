@@ -35,7 +35,7 @@ enum RelayJSON {
             string(key, required: true, maximumBytes: 320).flatMap { text in
                 guard let address = text.flatMap(DestinationAddress.init) else {
                     return .failure(Failure(status: 400, code: "invalid_address",
-                                            message: "\(key) must be a plain email address (name@example.com)."))
+                                            message: "\(key) must be a plain email address (local@domain)."))
                 }
                 return .success(address)
             }

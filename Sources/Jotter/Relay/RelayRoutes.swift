@@ -1,34 +1,44 @@
 /// The relay's HTTP API under `/v1`: JSON in, JSON out, every error `{"error":{"code","message"}}`
-/// with a fixed message (never an echo of the request). Routes answer from a task, so no request
-/// thread waits for the database.
+/// with a fixed message (never an echo of the request). Every route runs on the service's queue, so
+/// no HTTP thread waits for the database.
 struct RelayRoutes: Sendable {
     let service: RelayService
     let configuration: RelayConfiguration
 
+    typealias Respond = @Sendable (HTTPResponse) -> Void
+
     /// The router with every relay route.
     func router() -> Router {
         var router = Router()
-        add(&router, "POST", "/v1/devices") { request, _ in await register(request) }
-        add(&router, "POST", "/v1/destinations") { request, _ in await authenticated(request, requestCode) }
-        add(&router, "POST", "/v1/destinations/confirm") { request, _ in await authenticated(request, confirm) }
-        add(&router, "GET", "/v1/destinations") { request, _ in await authenticated(request, destinations) }
-        add(&router, "POST", "/v1/messages") { request, _ in await authenticated(request, send) }
-        add(&router, "GET", "/v1/messages/{id}") { request, parameters in
-            await authenticated(request) { request, device in await status(id: parameters["id"] ?? "", device: device) }
+        add(&router, "POST", "/v1/devices") { request, _, respond in respond(register(request)) }
+        add(&router, "POST", "/v1/destinations") { request, _, respond in
+            authenticated(request, respond) { device in requestCode(request, device: device, respond: respond) }
+        }
+        add(&router, "POST", "/v1/destinations/confirm") { request, _, respond in
+            authenticated(request, respond) { device in respond(confirm(request, device: device)) }
+        }
+        add(&router, "GET", "/v1/destinations") { request, _, respond in
+            authenticated(request, respond) { device in respond(destinations(device: device)) }
+        }
+        add(&router, "POST", "/v1/messages") { request, _, respond in
+            authenticated(request, respond) { device in send(request, device: device, respond: respond) }
+        }
+        add(&router, "GET", "/v1/messages/{id}") { request, parameters, respond in
+            authenticated(request, respond) { device in respond(status(id: parameters["id"] ?? "", device: device)) }
         }
         return router
     }
 
-    private func add(_ router: inout Router, _ method: String, _ pattern: String,
-                     _ handler: @escaping @Sendable (HTTPRequest, [String: String]) async -> HTTPResponse) {
+    private func add(_ router: inout Router, _ method: String, _ pattern: String, _ handler: @escaping Router.Handler) {
+        let queue = service.queue
         router.add(method, pattern) { request, parameters, respond in
-            Task { respond(await handler(request, parameters)) }
+            queue.async { handler(request, parameters, respond) }
         }
     }
 
     // MARK: Devices
 
-    private func register(_ request: HTTPRequest) async -> HTTPResponse {
+    private func register(_ request: HTTPRequest) -> HTTPResponse {
         var invite: String?
         if !request.body.isEmpty {
             let fields: RelayJSON.Fields
@@ -41,8 +51,8 @@ struct RelayRoutes: Sendable {
             case .failure(let error): return error.response
             }
         }
-        return await answering {
-            switch try await service.register(invite: invite, client: request.remoteAddress) {
+        return answering {
+            switch try service.register(invite: invite, client: request.remoteAddress) {
             case .registered(let id, let secret):
                 var json = JSONWriter()
                 json.object { json in
@@ -60,30 +70,28 @@ struct RelayRoutes: Sendable {
         }
     }
 
-    /// Runs `handler` for the device the request's bearer secret belongs to, or answers `401`.
-    private func authenticated(_ request: HTTPRequest,
-                               _ handler: (HTTPRequest, String) async -> HTTPResponse) async -> HTTPResponse {
+    /// Runs `handler` with the device the request's bearer secret belongs to, or answers `401`.
+    private func authenticated(_ request: HTTPRequest, _ respond: Respond, _ handler: (String) -> Void) {
         let values = request.headers.values("Authorization")
         guard values.count == 1, let value = values.first, value.utf8.count > 7,
               value.prefix(7).lowercased() == "bearer " else {
-            return Self.unauthorized("missing_credentials", "Send Authorization: Bearer <secret>.")
+            return respond(Self.unauthorized("missing_credentials", "Send Authorization: Bearer <secret>."))
         }
-        let secret = String(value.dropFirst(7)).trimmingASCIISpaces()
         let device: String?
         do {
-            device = try await service.authenticate(secret: String(secret))
+            device = try service.authenticate(secret: String(String(value.dropFirst(7)).trimmingASCIISpaces()))
         } catch {
-            return Self.unavailable(error)
+            return respond(Self.unavailable(error))
         }
         guard let device else {
-            return Self.unauthorized("invalid_credentials", "This secret is not a device's of this relay.")
+            return respond(Self.unauthorized("invalid_credentials", "This secret is not a device's of this relay."))
         }
-        return await handler(request, device)
+        handler(device)
     }
 
     // MARK: Destinations
 
-    private func requestCode(_ request: HTTPRequest, device: String) async -> HTTPResponse {
+    private func requestCode(_ request: HTTPRequest, device: String, respond: @escaping Respond) {
         let address: DestinationAddress, language: String?
         switch RelayJSON.object(request, allowed: ["address", "language"]).flatMap({ fields in
             fields.address("address").flatMap { address in
@@ -91,14 +99,16 @@ struct RelayRoutes: Sendable {
             }
         }) {
         case .success(let parsed): (address, language) = parsed
-        case .failure(let error): return error.response
+        case .failure(let error): return respond(error.response)
         }
-        return await answering {
-            switch try await service.requestCode(deviceID: device, address: address, language: language,
-                                                 client: request.remoteAddress) {
+        let lifetime = configuration.codes.lifetimeMilliseconds / 1000
+        service.requestCode(deviceID: device, address: address, language: language,
+                            client: request.remoteAddress) { result in
+            respond(Self.answering(result) { outcome in
+            switch outcome {
             case .sent(let states):
                 var json = JSONWriter()
-                json.object { $0.field("expires_in", configuration.codes.lifetimeMilliseconds / 1000) }
+                json.object { $0.field("expires_in", lifetime) }
                 var response = HTTPResponse.json(202, json.bytes)
                 RateLimitFields.add(states, to: &response)
                 return response
@@ -109,6 +119,7 @@ struct RelayRoutes: Sendable {
                 RateLimitFields.add(states, to: &response)
                 return response
             }
+            })
         }
     }
 
@@ -125,7 +136,7 @@ struct RelayRoutes: Sendable {
         }
     }
 
-    private func confirm(_ request: HTTPRequest, device: String) async -> HTTPResponse {
+    private func confirm(_ request: HTTPRequest, device: String) -> HTTPResponse {
         let address: DestinationAddress, code: String
         switch RelayJSON.object(request, allowed: ["address", "code"]).flatMap({ fields in
             fields.address("address").flatMap { address in
@@ -138,8 +149,8 @@ struct RelayRoutes: Sendable {
         guard VerificationCode.isWellFormed(code) else {
             return .error(400, code: "malformed_code", message: "The code is six digits.")
         }
-        return await answering {
-            switch try await service.confirm(deviceID: device, address: address, code: code) {
+        return answering {
+            switch try service.confirm(deviceID: device, address: address, code: code) {
             case .verified:
                 var json = JSONWriter()
                 json.object { json in
@@ -160,9 +171,9 @@ struct RelayRoutes: Sendable {
         }
     }
 
-    private func destinations(_ request: HTTPRequest, device: String) async -> HTTPResponse {
-        await answering {
-            let destinations = try await service.destinations(deviceID: device)
+    private func destinations(device: String) -> HTTPResponse {
+        answering {
+            let destinations = try service.destinations(deviceID: device)
             var json = JSONWriter()
             json.object { json in
                 json.key("destinations")
@@ -182,11 +193,11 @@ struct RelayRoutes: Sendable {
 
     // MARK: Messages
 
-    private func send(_ request: HTTPRequest, device: String) async -> HTTPResponse {
+    private func send(_ request: HTTPRequest, device: String, respond: @escaping Respond) {
         let keys = request.headers.values("Idempotency-Key")
         guard keys.count <= 1, keys.allSatisfy(Self.validIdempotencyKey) else {
-            return .error(400, code: "invalid_idempotency_key",
-                          message: "Idempotency-Key must be one value of 1-256 visible ASCII characters.")
+            return respond(.error(400, code: "invalid_idempotency_key",
+                                  message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
         }
         let to: DestinationAddress, subject: String?, body: String
         switch RelayJSON.object(request, allowed: ["to", "subject", "body"]).flatMap({ fields in
@@ -197,12 +208,13 @@ struct RelayRoutes: Sendable {
             }
         }) {
         case .success(let parsed): (to, subject, body) = parsed
-        case .failure(let error): return error.response
+        case .failure(let error): return respond(error.response)
         }
-        guard !body.isEmpty else { return .error(400, code: "empty", message: "The message has no body.") }
-        return await answering {
-            switch try await service.send(deviceID: device, to: to, subject: subject, body: body,
-                                          idempotencyKey: keys.first, client: request.remoteAddress) {
+        guard !body.isEmpty else { return respond(.error(400, code: "empty", message: "The message has no body.")) }
+        service.send(deviceID: device, to: to, subject: subject, body: body, idempotencyKey: keys.first,
+                     client: request.remoteAddress) { result in
+            respond(Self.answering(result) { outcome in
+            switch outcome {
             case .accepted(let id, let states):
                 var response = Self.accepted(id)
                 RateLimitFields.add(states, to: &response)
@@ -225,6 +237,7 @@ struct RelayRoutes: Sendable {
             case .limited(let states):
                 return Self.limited(states, code: "rate_limited", message: "Too many messages; try again later.")
             }
+            })
         }
     }
 
@@ -236,9 +249,9 @@ struct RelayRoutes: Sendable {
         return response
     }
 
-    private func status(id: String, device: String) async -> HTTPResponse {
-        await answering {
-            guard id.utf8.count <= 64, let record = try await service.status(deviceID: device, id: id.lowercased()) else {
+    private func status(id: String, device: String) -> HTTPResponse {
+        answering {
+            guard id.utf8.count <= 64, let record = try service.status(deviceID: device, id: id.lowercased()) else {
                 return .error(404, code: "not_found", message: "This device sent no such message.")
             }
             var json = JSONWriter()
@@ -265,11 +278,19 @@ struct RelayRoutes: Sendable {
     }
 
     /// Runs `body`; a storage failure is `503` (nothing was accepted), never a `2xx`.
-    private func answering(_ body: () async throws -> HTTPResponse) async -> HTTPResponse {
+    private func answering(_ body: () throws -> HTTPResponse) -> HTTPResponse {
         do {
-            return try await body()
+            return try body()
         } catch {
             return Self.unavailable(error)
+        }
+    }
+
+    /// The answer for `result`: `answer`'s for a success, `503` for a storage failure.
+    private static func answering<T>(_ result: Result<T, any Error>, _ answer: (T) -> HTTPResponse) -> HTTPResponse {
+        switch result {
+        case .success(let value): return answer(value)
+        case .failure(let error): return unavailable(error)
         }
     }
 

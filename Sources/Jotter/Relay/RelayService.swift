@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 
 /// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
@@ -62,6 +63,9 @@ public final class RelayService: Sendable {
     private let configuration: RelayConfiguration
     private let clock: any WallClock
     private let logger: Logger
+    /// Where requests are worked on: the store blocks, so never on an HTTP thread (nor on the outbox's
+    /// writer queue, whose answers hop back here).
+    let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
 
     /// A service over `store`, accepting into `outbox` (whose data directory's keys it derives its own from).
     public init(store: any RelayStore, outbox: Outbox, configuration: RelayConfiguration,
@@ -77,16 +81,16 @@ public final class RelayService: Sendable {
     // MARK: Devices
 
     /// A new invite (works once, for `inviteLifetimeMilliseconds`).
-    public func issueInvite() async throws -> (invite: String, expiresAt: Int64) {
+    public func issueInvite() throws -> (invite: String, expiresAt: Int64) {
         let invite = try RelayKeys.newSecret(prefix: "jri_")
         let now = clock.nowMilliseconds()
         let expiresAt = now + configuration.inviteLifetimeMilliseconds
-        try await store.createInvite(hash: keys.secretHash(invite, kind: "invite"), now: now, expiresAt: expiresAt)
+        try store.createInvite(hash: keys.secretHash(invite, kind: "invite"), now: now, expiresAt: expiresAt)
         return (invite, expiresAt)
     }
 
     /// Registers a device for `client` (an IP address), with `invite` when registration needs one.
-    public func register(invite: String?, client: String) async throws -> Registration {
+    public func register(invite: String?, client: String) throws -> Registration {
         let now = clock.nowMilliseconds()
         let inviteHash: [UInt8]?
         switch configuration.registration {
@@ -99,55 +103,66 @@ public final class RelayService: Sendable {
         let charges = configuration.limits.registrationsPerIPHour.map {
             [LimitCharge(policy: "ip-registrations-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
         } ?? []
-        if !charges.isEmpty, case .refused(let states) = try await store.spend(charges, now: now) {
+        if !charges.isEmpty, case .refused(let states) = try store.spend(charges, now: now) {
             return .limited(states)
         }
         let id = UUID().uuidString.lowercased()
         let secret = try RelayKeys.newSecret(prefix: "jrs_")
-        guard try await store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
+        guard try store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
                                              inviteHash: inviteHash, now: now) else { return .inviteInvalid }
         logger.info("device registered", metadata: ["device.id": id])
         return .registered(deviceID: id, secret: secret)
     }
 
     /// The device a bearer secret belongs to, if any.
-    public func authenticate(secret: String) async throws -> String? {
+    public func authenticate(secret: String) throws -> String? {
         guard secret.hasPrefix("jrs_"), secret.utf8.count <= 128 else { return nil }
-        return try await store.device(secretHash: keys.secretHash(secret, kind: "device"))
+        return try store.device(secretHash: keys.secretHash(secret, kind: "device"))
     }
 
     // MARK: Destinations
 
-    /// Asks for a code for `address` (already validated) in `language`, mailed from the fixed template.
-    /// Known and unknown addresses take exactly the same path.
-    public func requestCode(deviceID: String, address: DestinationAddress, language: String?,
-                            client: String) async throws -> CodeRequest {
-        let now = clock.nowMilliseconds()
-        let code = try VerificationCode.generate()
-        let addressKey = self.addressKey(address)
-        let charges = configuration.limits.codeRequestsPerIPHour.map {
-            [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
-        } ?? []
-        let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
-                              sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
-                              codeHash: codeHash(code, deviceID: deviceID, addressKey: addressKey), now: now,
-                              policy: configuration.codes, charges: charges)
-        switch try await store.issueCode(issue) {
-        case .limited(let reason, let seconds, let limits):
-            logger.info("code request refused", metadata: ["device.id": deviceID, "reason": reason])
-            return .limited(reason: reason, retryAfterSeconds: seconds, limits: limits)
-        case .issued(let limits):
-            let mail = VerificationMail.render(code: code, language: VerificationMail.language(for: language))
-            let id = try await enqueue(MemoDraft(subject: mail.subject, body: mail.body, recipient: address.address))
-            logger.info("code mailed", metadata: ["device.id": deviceID, "message.id": id])
-            return .sent(limits: limits)
+    /// Asks for a code for `address` (already validated) in `language`, mailed from the fixed template;
+    /// `completion` runs once the mail is durably in the outbox (or with why not). Known and unknown
+    /// addresses take exactly the same path.
+    public func requestCode(deviceID: String, address: DestinationAddress, language: String?, client: String,
+                            completion: @escaping @Sendable (Result<CodeRequest, any Error>) -> Void) {
+        let issued: (code: String, limits: [LimitState])
+        do {
+            let now = clock.nowMilliseconds()
+            let code = try VerificationCode.generate()
+            let addressKey = self.addressKey(address)
+            let charges = configuration.limits.codeRequestsPerIPHour.map {
+                [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
+            } ?? []
+            let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
+                                  sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
+                                  codeHash: codeHash(code, deviceID: deviceID, addressKey: addressKey), now: now,
+                                  policy: configuration.codes, charges: charges)
+            switch try store.issueCode(issue) {
+            case .limited(let reason, let seconds, let limits):
+                logger.info("code request refused", metadata: ["device.id": deviceID, "reason": reason])
+                return completion(.success(.limited(reason: reason, retryAfterSeconds: seconds, limits: limits)))
+            case .issued(let limits):
+                issued = (code, limits)
+            }
+        } catch {
+            return completion(.failure(error))
+        }
+        let mail = VerificationMail.render(code: issued.code, language: VerificationMail.language(for: language))
+        let logger = logger
+        enqueue(MemoDraft(subject: mail.subject, body: mail.body, recipient: address.address)) { result in
+            completion(result.map { id in
+                logger.info("code mailed", metadata: ["device.id": deviceID, "message.id": id])
+                return .sent(limits: issued.limits)
+            })
         }
     }
 
     /// Checks `code` for `address`.
-    public func confirm(deviceID: String, address: DestinationAddress, code: String) async throws -> ConfirmOutcome {
+    public func confirm(deviceID: String, address: DestinationAddress, code: String) throws -> ConfirmOutcome {
         let addressKey = self.addressKey(address)
-        let outcome = try await store.confirmCode(
+        let outcome = try store.confirmCode(
             deviceID: deviceID, addressKey: addressKey,
             presentedHash: codeHash(code, deviceID: deviceID, addressKey: addressKey),
             now: clock.nowMilliseconds(), maximumAttempts: configuration.codes.maximumAttempts)
@@ -156,8 +171,8 @@ public final class RelayService: Sendable {
     }
 
     /// The device's destinations, oldest first.
-    public func destinations(deviceID: String) async throws -> [Destination] {
-        try await store.destinations(deviceID: deviceID).compactMap { stored in
+    public func destinations(deviceID: String) throws -> [Destination] {
+        try store.destinations(deviceID: deviceID).compactMap { stored in
             keys.open(address: stored.sealedAddress, deviceID: deviceID).map {
                 Destination(address: $0, createdAt: stored.createdAt, verifiedAt: stored.verifiedAt)
             }
@@ -167,9 +182,10 @@ public final class RelayService: Sendable {
     // MARK: Messages
 
     /// Accepts a message for `to` (validated) once the device has verified it, within the limits,
-    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do.
-    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String,
-                     idempotencyKey: String?, client: String) async throws -> Sending {
+    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do. `completion`
+    /// runs once the message is on disk (or with why not), on the relay's queue.
+    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, idempotencyKey: String?,
+                     client: String, completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
         let idempotency = idempotencyKey.map { key in
             IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
@@ -181,42 +197,50 @@ public final class RelayService: Sendable {
             leaseUntil: now + configuration.idempotencyLeaseMilliseconds,
             expiresAt: now + configuration.idempotencyRetentionMilliseconds)
         let reservedAt: Int64?, limits: [LimitState]
-        switch try await store.admitMessage(admission) {
-        case .replayed(let id): return .replayed(id: id)
-        case .conflict: return .conflict
-        case .inFlight: return .inFlight
-        case .unverified: return .unverified
-        case .limited(let states):
-            logger.info("message refused by a limit", metadata: [
-                "device.id": deviceID, "limits": states.filter(\.refused).map(\.charge.policy).joined(separator: ","),
-            ])
-            return .limited(states)
-        case .admitted(let at, let states):
-            reservedAt = at
-            limits = states
+        do {
+            switch try store.admitMessage(admission) {
+            case .replayed(let id): return completion(.success(.replayed(id: id)))
+            case .conflict: return completion(.success(.conflict))
+            case .inFlight: return completion(.success(.inFlight))
+            case .unverified: return completion(.success(.unverified))
+            case .limited(let states):
+                logger.info("message refused by a limit", metadata: [
+                    "device.id": deviceID,
+                    "limits": states.filter(\.refused).map(\.charge.policy).joined(separator: ","),
+                ])
+                return completion(.success(.limited(states)))
+            case .admitted(let at, let states):
+                reservedAt = at
+                limits = states
+            }
+        } catch {
+            return completion(.failure(error))
         }
         // The outbox's own key for this reservation: a message stored before a crash is found again
         // when the reservation is taken over, instead of being stored (and sent) twice.
         let outboxKey = idempotency.flatMap { hashes in
             reservedAt.map { "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String($0) }
         }
-        let id: String
-        do {
-            id = try await enqueue(MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey,
-                                             recipient: to.address))
-        } catch {
-            if let idempotency { try? await store.abandonMessage(keyHash: idempotency.keyHash) }
-            throw error
+        let draft = MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey, recipient: to.address)
+        enqueue(draft) { [store, clock, logger] result in
+            switch result {
+            case .success(let id):
+                completion(Result {
+                    try store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
+                                              now: clock.nowMilliseconds())
+                    logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
+                    return .accepted(id: id, limits: limits)
+                })
+            case .failure(let error):
+                if let idempotency { try? store.abandonMessage(keyHash: idempotency.keyHash) }
+                completion(.failure(error))
+            }
         }
-        try await store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
-                                        now: clock.nowMilliseconds())
-        logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
-        return .accepted(id: id, limits: limits)
     }
 
     /// Message `id`'s delivery record, if this device sent it.
-    public func status(deviceID: String, id: String) async throws -> MessageRecord? {
-        guard try await store.messageOwner(id: id) == deviceID else { return nil }
+    public func status(deviceID: String, id: String) throws -> MessageRecord? {
+        guard try store.messageOwner(id: id) == deviceID else { return nil }
         return try outbox.history.record(id: id)
     }
 
@@ -245,25 +269,29 @@ public final class RelayService: Sendable {
     // MARK: Housekeeping
 
     /// Frees keys held by a process that is gone (at start).
-    public func recoverInterrupted() async throws {
-        try await store.recoverInterrupted()
+    public func recoverInterrupted() throws {
+        try store.recoverInterrupted()
     }
 
     /// Forgets what no rule needs any more.
-    public func purge() async throws {
-        try await store.purge(now: clock.nowMilliseconds())
+    public func purge() throws {
+        try store.purge(now: clock.nowMilliseconds())
     }
 
     // MARK: Helpers
 
-    private func enqueue(_ draft: MemoDraft) async throws -> String {
-        do {
-            return try await outbox.enqueue(draft).id
-        } catch .storage(_, let diskFull) {
-            throw StorageFailure(diskFull: diskFull)
-        } catch {
-            // The relay's outbox keys never repeat with another payload: a conflict here is a fault.
-            throw StorageFailure(diskFull: false)
+    /// Stores `draft` in the outbox; `completion` runs on the relay's queue (the outbox answers on
+    /// its writer queue, where the store cannot be called) with the message id once it is on disk.
+    private func enqueue(_ draft: MemoDraft, completion: @escaping @Sendable (Result<String, any Error>) -> Void) {
+        outbox.enqueue(draft) { [queue] result in
+            queue.async {
+                switch result {
+                case .success(let outcome): completion(.success(outcome.id))
+                case .failure(.storage(_, let diskFull)): completion(.failure(StorageFailure(diskFull: diskFull)))
+                // The relay's outbox keys never repeat with another payload: a conflict here is a fault.
+                case .failure(.idempotencyConflict): completion(.failure(StorageFailure(diskFull: false)))
+                }
+            }
         }
     }
 

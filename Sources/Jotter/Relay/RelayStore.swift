@@ -5,53 +5,56 @@
 ///
 /// The store sees only opaque bytes: keyed hashes and sealed blobs made by `RelayService`, which holds
 /// the keys. It never sees a secret, a code or an address in the clear.
+///
+/// Methods block until the store has decided (a transaction on disk, or a round trip to a database
+/// server); the relay calls them from its own request queue, never from an HTTP thread.
 public protocol RelayStore: Sendable {
     /// Records an invite (its keyed hash) that works once until `expiresAt`.
-    func createInvite(hash: [UInt8], now: Int64, expiresAt: Int64) async throws
+    func createInvite(hash: [UInt8], now: Int64, expiresAt: Int64) throws
 
     /// Stores a new device. With `inviteHash`, only if that invite is unused and unexpired (and it is
     /// spent in the same step); returns false then, storing nothing.
-    func registerDevice(id: String, secretHash: [UInt8], inviteHash: [UInt8]?, now: Int64) async throws -> Bool
+    func registerDevice(id: String, secretHash: [UInt8], inviteHash: [UInt8]?, now: Int64) throws -> Bool
 
     /// The active device whose secret hashes to `secretHash` (compared in constant time), if any.
-    func device(secretHash: [UInt8]) async throws -> String?
+    func device(secretHash: [UInt8]) throws -> String?
 
     /// Checks every limit that applies to a code request (per-IP charges, the address's cooldown and
     /// hourly and daily caps) and, only if all allow it, spends them and stores the code, replacing
     /// the device's earlier code for that address, and the destination as pending (unless verified).
-    func issueCode(_ issue: CodeIssue) async throws -> CodeIssueOutcome
+    func issueCode(_ issue: CodeIssue) throws -> CodeIssueOutcome
 
     /// Checks a presented code (its keyed hash) against the device's live code for the address.
     func confirmCode(deviceID: String, addressKey: [UInt8], presentedHash: [UInt8], now: Int64,
-                     maximumAttempts: Int) async throws -> ConfirmOutcome
+                     maximumAttempts: Int) throws -> ConfirmOutcome
 
     /// The device's destinations, oldest first.
-    func destinations(deviceID: String) async throws -> [StoredDestination]
+    func destinations(deviceID: String) throws -> [StoredDestination]
 
     /// Checks every limit in `charges` and spends them all, or none if any is exhausted.
-    func spend(_ charges: [LimitCharge], now: Int64) async throws -> LimitVerdict
+    func spend(_ charges: [LimitCharge], now: Int64) throws -> LimitVerdict
 
     /// Decides whether a message may be stored: its `Idempotency-Key` first (a replay, a conflict, or
     /// a key in flight), then whether `to` is verified for the device, then the limits (all checked,
     /// then all spent); on admission the key is reserved (in flight) until `complete` or `abandon`.
-    func admitMessage(_ admission: MessageAdmission) async throws -> AdmissionOutcome
+    func admitMessage(_ admission: MessageAdmission) throws -> AdmissionOutcome
 
     /// The message is durable in the outbox: the key (if any) now answers with `messageID`, and the
     /// message is the device's.
-    func completeMessage(deviceID: String, keyHash: [UInt8]?, messageID: String, now: Int64) async throws
+    func completeMessage(deviceID: String, keyHash: [UInt8]?, messageID: String, now: Int64) throws
 
     /// The message could not be stored: the key's reservation is dropped (the limits stay spent).
-    func abandonMessage(keyHash: [UInt8]) async throws
+    func abandonMessage(keyHash: [UInt8]) throws
 
     /// The device that sent message `id`, if it was sent through this relay.
-    func messageOwner(id: String) async throws -> String?
+    func messageOwner(id: String) throws -> String?
 
     /// After a restart of a single node: keys that were in flight in a process that is gone are free.
-    func recoverInterrupted() async throws
+    func recoverInterrupted() throws
 
     /// Forgets what no rule needs any more: expired keys, old counters and code records, used or
     /// expired invites.
-    func purge(now: Int64) async throws
+    func purge(now: Int64) throws
 }
 
 /// One rate-limit layer applied to one request.

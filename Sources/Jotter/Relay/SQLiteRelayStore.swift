@@ -1,7 +1,6 @@
 /// The relay's state in the data directory's SQLite database, through the outbox's `DatabaseQueue`:
 /// every decision is one transaction on the one writer queue, so two requests racing for the last
-/// unit of a limit or for one `Idempotency-Key` are decided one after the other. Writes run on that
-/// queue without blocking a request thread.
+/// unit of a limit or for one `Idempotency-Key` are decided one after the other.
 ///
 /// Most writes commit with `synchronous=NORMAL`: the outbox's accept that follows them is a FULL commit,
 /// and in WAL mode its fsync makes every earlier commit durable too (a reservation is on disk before
@@ -16,25 +15,21 @@ public struct SQLiteRelayStore: RelayStore {
         try RelaySchema.migrate(database)
     }
 
-    private func write<T: Sendable>(durable: Bool, _ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            database.async { [database] in
-                continuation.resume(with: Result { try database.transaction(durable: durable, body) })
-            }
-        }
+    private func write<T: Sendable>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
+        try database.write(durable: durable, body)
     }
 
     // MARK: Devices
 
-    public func createInvite(hash: [UInt8], now: Int64, expiresAt: Int64) async throws {
-        try await write(durable: true) { database in
+    public func createInvite(hash: [UInt8], now: Int64, expiresAt: Int64) throws {
+        try write(durable: true) { database in
             try database.run("INSERT INTO relay_invites (invite_hash, created_at, expires_at) VALUES (?, ?, ?)",
                              [.blob(hash), .integer(now), .integer(expiresAt)])
         }
     }
 
-    public func registerDevice(id: String, secretHash: [UInt8], inviteHash: [UInt8]?, now: Int64) async throws -> Bool {
-        try await write(durable: true) { database in
+    public func registerDevice(id: String, secretHash: [UInt8], inviteHash: [UInt8]?, now: Int64) throws -> Bool {
+        try write(durable: true) { database in
             if let inviteHash {
                 let invite = try database.statement(
                     "SELECT expires_at, used_at FROM relay_invites WHERE invite_hash = ?"
@@ -49,7 +44,7 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func device(secretHash: [UInt8]) async throws -> String? {
+    public func device(secretHash: [UInt8]) throws -> String? {
         let found = try database.read { database in
             try database.statement(
                 "SELECT id, secret_hash FROM relay_devices WHERE secret_hash = ? AND revoked_at IS NULL"
@@ -61,8 +56,8 @@ public struct SQLiteRelayStore: RelayStore {
 
     // MARK: Destinations and codes
 
-    public func issueCode(_ issue: CodeIssue) async throws -> CodeIssueOutcome {
-        try await write(durable: false) { database in
+    public func issueCode(_ issue: CodeIssue) throws -> CodeIssueOutcome {
+        try write(durable: false) { database in
             let now = issue.now, policy = issue.policy
             let states = try Self.check(issue.charges, now: now, in: database)
             var refusals: [(reason: String, seconds: Int64)] = states.filter(\.refused).map {
@@ -103,8 +98,8 @@ public struct SQLiteRelayStore: RelayStore {
     }
 
     public func confirmCode(deviceID: String, addressKey: [UInt8], presentedHash: [UInt8], now: Int64,
-                            maximumAttempts: Int) async throws -> ConfirmOutcome {
-        try await write(durable: true) { database in
+                            maximumAttempts: Int) throws -> ConfirmOutcome {
+        try write(durable: true) { database in
             let key: [DatabaseValue] = [.text(deviceID), .blob(addressKey)]
             let code = try database.statement("""
                 SELECT code_hash, expires_at, attempts, spent_at FROM relay_codes WHERE device_id = ? AND address_key = ?
@@ -132,7 +127,7 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func destinations(deviceID: String) async throws -> [StoredDestination] {
+    public func destinations(deviceID: String) throws -> [StoredDestination] {
         try database.read { database in
             try database.statement("""
                 SELECT address_key, sealed_address, created_at, verified_at FROM relay_destinations
@@ -146,8 +141,8 @@ public struct SQLiteRelayStore: RelayStore {
 
     // MARK: Limits
 
-    public func spend(_ charges: [LimitCharge], now: Int64) async throws -> LimitVerdict {
-        try await write(durable: false) { database in
+    public func spend(_ charges: [LimitCharge], now: Int64) throws -> LimitVerdict {
+        try write(durable: false) { database in
             let states = try Self.check(charges, now: now, in: database)
             if states.contains(where: \.refused) { return .refused(states) }
             return .allowed(try Self.spend(charges, now: now, in: database))
@@ -190,8 +185,8 @@ public struct SQLiteRelayStore: RelayStore {
 
     // MARK: Messages
 
-    public func admitMessage(_ admission: MessageAdmission) async throws -> AdmissionOutcome {
-        try await write(durable: false) { database in
+    public func admitMessage(_ admission: MessageAdmission) throws -> AdmissionOutcome {
+        try write(durable: false) { database in
             let now = admission.now
             if let idempotency = admission.idempotency {
                 let key: [DatabaseValue] = [.blob(idempotency.keyHash)]
@@ -230,8 +225,8 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func completeMessage(deviceID: String, keyHash: [UInt8]?, messageID: String, now: Int64) async throws {
-        try await write(durable: false) { database in
+    public func completeMessage(deviceID: String, keyHash: [UInt8]?, messageID: String, now: Int64) throws {
+        try write(durable: false) { database in
             if let keyHash {
                 try database.run("UPDATE relay_idempotency SET message_id = ?, lease_until = NULL WHERE key_hash = ?",
                                  [.text(messageID), .blob(keyHash)])
@@ -241,13 +236,13 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func abandonMessage(keyHash: [UInt8]) async throws {
-        try await write(durable: false) { database in
+    public func abandonMessage(keyHash: [UInt8]) throws {
+        try write(durable: false) { database in
             try database.run("DELETE FROM relay_idempotency WHERE key_hash = ? AND message_id IS NULL", [.blob(keyHash)])
         }
     }
 
-    public func messageOwner(id: String) async throws -> String? {
+    public func messageOwner(id: String) throws -> String? {
         try database.read { database in
             try database.statement("SELECT device_id FROM relay_messages WHERE id = ?").firstRow([.text(id)]) {
                 $0.text(0)
@@ -257,14 +252,14 @@ public struct SQLiteRelayStore: RelayStore {
 
     // MARK: Housekeeping
 
-    public func recoverInterrupted() async throws {
-        try await write(durable: false) { database in
+    public func recoverInterrupted() throws {
+        try write(durable: false) { database in
             try database.run("UPDATE relay_idempotency SET lease_until = 0 WHERE message_id IS NULL")
         }
     }
 
-    public func purge(now: Int64) async throws {
-        try await write(durable: false) { database in
+    public func purge(now: Int64) throws {
+        try write(durable: false) { database in
             try database.run("DELETE FROM relay_idempotency WHERE expires_at <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_counters WHERE window_end <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_code_issues WHERE issued_at <= ?", [.integer(now - 86_400_000)])
