@@ -131,7 +131,16 @@ final class RelayServer: @unchecked Sendable {
         let directory = maildir + "/new/"
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
         return try names.map { ($0, try Python.parseMessage(atPath: directory + $0)) }
-            .filter { ($0.1["to"] as? String)?.lowercased().contains(address.lowercased()) ?? false }
+            .filter { Self.recipient($0.1["to"] as? String) == address.lowercased() }
+    }
+
+    /// The bare address of a `To` header as Python reads it (`<a@b>` or `a@b`), lowercased.
+    static func recipient(_ header: String?) -> String? {
+        guard var text = header?.trimmingCharacters(in: .whitespaces) else { return nil }
+        if let open = text.lastIndex(of: "<"), text.hasSuffix(">") {
+            text = String(text[text.index(after: open)..<text.index(before: text.endIndex)])
+        }
+        return text.lowercased()
     }
 
     /// The Maildir files of the mail `address` has received so far.
