@@ -187,9 +187,8 @@ public final class RelayService: Sendable {
     public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, idempotencyKey: String?,
                      client: String, completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
-        let idempotency = idempotencyKey.map { key in
-            IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
-                              payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]))
+        let idempotency = idempotencyKey.map {
+            idempotencyHashes(deviceID: deviceID, key: $0, to: to, subject: subject, body: body)
         }
         let admission = MessageAdmission(
             deviceID: deviceID, addressKey: addressKey(to), idempotency: idempotency,
@@ -218,9 +217,7 @@ public final class RelayService: Sendable {
         }
         // The outbox's own key for this reservation: a message stored before a crash is found again
         // when the reservation is taken over, instead of being stored (and sent) twice.
-        let outboxKey = idempotency.flatMap { hashes in
-            reservedAt.map { "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String($0) }
-        }
+        let outboxKey = idempotency.flatMap { hashes in reservedAt.map { Self.outboxKey(hashes, reservedAt: $0) } }
         let draft = MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey, recipient: to.address)
         enqueue(draft) { [store, clock, logger] result in
             switch result {
@@ -295,7 +292,19 @@ public final class RelayService: Sendable {
         }
     }
 
-    private func addressKey(_ address: DestinationAddress) -> [UInt8] {
+    /// The keyed hashes of an `Idempotency-Key` (bound to the device) and of the payload sent with it.
+    func idempotencyHashes(deviceID: String, key: String, to: DestinationAddress, subject: String?,
+                           body: String) -> IdempotencyHashes {
+        IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
+                          payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]))
+    }
+
+    /// The outbox's `Idempotency-Key` for a reservation made at `reservedAt`.
+    static func outboxKey(_ hashes: IdempotencyHashes, reservedAt: Int64) -> String {
+        "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String(reservedAt)
+    }
+
+    func addressKey(_ address: DestinationAddress) -> [UInt8] {
         keys.hash("address", [address.normalized])
     }
 
