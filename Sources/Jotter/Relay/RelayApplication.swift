@@ -7,19 +7,6 @@ import Synchronization
 /// its store, its API and the HTTP server. Built like `Application`: `init` wires the parts (opening
 /// files, nothing more), `start` starts the worker and the server, `stop` stops them in reverse.
 public final class RelayApplication: Sendable {
-    /// Why the relay refused to start (beyond the errors of its parts).
-    public enum StartFailure: Error, CustomStringConvertible, Equatable {
-        case storeNotBuilt(scheme: String)
-
-        public var description: String {
-            switch self {
-            case .storeNotBuilt(let scheme):
-                return "--store \(scheme): is not built yet: this relay keeps its state in SQLite in its data "
-                    + "directory (leave --store out, or give --store sqlite)"
-            }
-        }
-    }
-
     /// The configuration it was started with.
     public let configuration: RelayConfiguration
     /// The relay's outbox (tests read it directly).
