@@ -108,6 +108,7 @@ public final class RelayApplication: Sendable {
             timer?.cancel()
             timer = nil
         }
+        housekeepingQueue.sync {}  // a purge under way finishes before the database closes
         worker.stop()
         outbox.close()
         dataDirectory.unlock()

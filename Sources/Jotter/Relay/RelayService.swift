@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Glibc
 
 /// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
 /// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
@@ -222,12 +223,18 @@ public final class RelayService: Sendable {
         enqueue(draft) { [store, clock, logger] result in
             switch result {
             case .success(let id):
-                completion(Result {
+                do {
                     try store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
                                               now: clock.nowMilliseconds())
-                    logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
-                    return .accepted(id: id, limits: limits)
-                })
+                } catch {
+                    // The message is durable: it is accepted. Its key stays reserved until the lease
+                    // runs out; a retry then takes it over and the outbox answers with this message.
+                    logger.error("recording an accepted message failed", metadata: [
+                        "message.id": id, "error.kind": DeliveryWorker.kind(of: error),
+                    ])
+                }
+                logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
+                completion(.success(.accepted(id: id, limits: limits)))
             case .failure(let error):
                 if let idempotency { try? store.abandonMessage(keyHash: idempotency.keyHash) }
                 completion(.failure(error))
@@ -312,8 +319,21 @@ public final class RelayService: Sendable {
         keys.hash("code", [deviceID, RelayKeys.hex(addressKey), code])
     }
 
-    /// A keyed hash of the client's IP address: limits need to tell clients apart, not know them.
+    /// A keyed hash of the client's network: limits need to tell clients apart, not know them.
     private func ipPartition(_ client: String) -> [UInt8] {
-        keys.hash("ip", [client])
+        keys.hash("ip", [Self.network(of: client)])
+    }
+
+    /// The network a client address stands for: an IPv4 address itself, an IPv6 address's /64 (one
+    /// subscriber usually holds a whole /64, so counting single addresses would count nothing), an
+    /// IPv4-mapped IPv6 address as its IPv4 address. Anything else as given.
+    static func network(of client: String) -> String {
+        var v6 = in6_addr()
+        guard client.contains(":"), inet_pton(AF_INET6, client, &v6) == 1 else { return client }
+        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xFF && bytes[11] == 0xFF {
+            return bytes[12...].map(String.init).joined(separator: ".")
+        }
+        return RelayKeys.hex(Array(bytes[0..<8])) + "::/64"
     }
 }
