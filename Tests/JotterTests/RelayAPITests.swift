@@ -32,7 +32,8 @@ import Testing
             let status = try? relay.json("GET", "/v1/messages/\(id)", secret: device.secret)
             return (status?.json as? [String: Any])?["status"] as? String == "sent"
         })
-        let delivered = try relay.mails(to: "me@example.com").filter { $0.message["subject"] as? String == "Grocery list" }
+        let delivered = try relay.mails(to: "me@example.com")
+            .filter { $0.message["subject"] as? String == "Grocery list" }
         #expect(delivered.count == 1)
         #expect(RelayServer.sameBody(delivered.first?.message["body"], "buy milk\n"))
         #expect(delivered.first?.message["message_id"] as? String == "<\(id)@localhost>")
@@ -96,7 +97,8 @@ import Testing
             let missing = try relay.json(method, path, body)
             #expect(missing.status == 401 && missing.errorCode == "missing_credentials", "\(method) \(path)")
             #expect(missing.header("WWW-Authenticate") == "Bearer")
-            let wrong = try relay.json(method, path, secret: "jrs_" + String(device.secret.dropFirst(4).reversed()), body)
+            let forged = "jrs_" + String(device.secret.dropFirst(4).reversed())
+            let wrong = try relay.json(method, path, secret: forged, body)
             #expect(wrong.status == 401 && wrong.errorCode == "invalid_credentials", "\(method) \(path)")
             let basic = try relay.json(method, path, body, headers: [("Authorization", "Basic \(device.secret)")])
             #expect(basic.status == 401, "\(method) \(path)")
@@ -133,7 +135,8 @@ import Testing
         #expect(none.status == 403 && none.errorCode == "invite_required")
         let made = try relay.application.service.issueInvite()
         #expect(made.invite.hasPrefix("jri_"))
-        let guessed = try relay.json("POST", "/v1/devices", ["invite": "jri_" + String(made.invite.dropFirst(4).reversed())])
+        let forged = "jri_" + String(made.invite.dropFirst(4).reversed())
+        let guessed = try relay.json("POST", "/v1/devices", ["invite": forged])
         #expect(guessed.status == 403 && guessed.errorCode == "invite_invalid")
         let first = try relay.json("POST", "/v1/devices", ["invite": made.invite])
         #expect(first.status == 201)
@@ -163,7 +166,8 @@ import Testing
         // Refusals spent nothing: Mallory's minute still has all 30.
         try relay.verify(mallory.secret, "mallory@example.com")
         let first = try relay.send(mallory.secret, to: "mallory@example.com")
-        #expect(first.header("RateLimit")?.hasPrefix("\"device-minute\";r=29;") == true, "\(first.header("RateLimit") ?? "-")")
+        #expect(first.header("RateLimit")?.hasPrefix("\"device-minute\";r=29;") == true,
+                "\(first.header("RateLimit") ?? "-")")
     }
 
     @Test func aMessagesStatusIsItsDevicesAlone() throws {
@@ -195,8 +199,9 @@ import Testing
         try relay.verify(device.secret, "me@example.com")
         func post(_ path: String, _ body: String, type: String = "application/json",
                   headers: [(String, String)] = []) throws -> RawHTTP.Response {
-            try relay.route("POST", path, headers: [("Authorization", "Bearer \(device.secret)"), ("Content-Type", type)]
-                + headers, body: Array(body.utf8))
+            try relay.route("POST", path,
+                            headers: [("Authorization", "Bearer \(device.secret)"), ("Content-Type", type)] + headers,
+                            body: Array(body.utf8))
         }
         let cases: [(String, String, String, Int, String)] = [
             ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\"}", "text/plain", 415, "unsupported_media_type"),

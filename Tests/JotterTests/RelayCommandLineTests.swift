@@ -7,7 +7,8 @@ import Testing
 @Suite struct RelayCommandLineTests {
     static func parse(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws
         -> CommandLineOptions.Command {
-        try CommandLineOptions.parse(arguments, environment: environment, sourceRoot: "/src/Sources/JotterCLI/main.swift")
+        try CommandLineOptions.parse(arguments, environment: environment,
+                                     sourceRoot: "/src/Sources/JotterCLI/main.swift")
     }
 
     static func configuration(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws

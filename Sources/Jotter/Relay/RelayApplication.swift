@@ -15,6 +15,7 @@ public final class RelayApplication: Sendable {
     public let worker: DeliveryWorker
     /// The relay's rules (tests drive it directly too).
     public let service: RelayService
+    /// The HTTP server.
     let server: HTTPServer
     private let handler: Application.Handler
     private let dataDirectory: DataDirectory

@@ -133,7 +133,8 @@ public enum RelayCommandLine {
         }
         if let cap = values["--retry-cap"] {
             guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
-                throw CommandLineOptions.UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
+                throw CommandLineOptions.UsageError(
+                    description: "--retry-cap must be a number of seconds from 1 to 86400")
             }
             configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
         }
@@ -149,7 +150,8 @@ public enum RelayCommandLine {
         }
         if let maxBody = values["--max-body"] {
             guard let number = Int(maxBody), number >= 1024, number <= 64 * 1024 * 1024 else {
-                throw CommandLineOptions.UsageError(description: "--max-body must be a number of bytes from 1024 to 67108864")
+                throw CommandLineOptions.UsageError(
+                    description: "--max-body must be a number of bytes from 1024 to 67108864")
             }
             configuration.http.maxBodyBytes = number
         }

@@ -3,8 +3,11 @@
 enum RelayJSON {
     /// Why a body was refused; its message is fixed text and names at most the member.
     struct Failure: Error, Sendable {
+        /// The status code (400, or 415 for another media type).
         var status: Int
+        /// A stable machine-readable code.
         var code: String
+        /// Fixed text for a person.
         var message: String
 
         /// The JSON error response.
@@ -13,6 +16,7 @@ enum RelayJSON {
 
     /// The members of a request's JSON object.
     struct Fields: Sendable {
+        /// The object.
         let value: JSONValue
 
         /// Member `key` as a string: nil when absent (allowed unless `required`).

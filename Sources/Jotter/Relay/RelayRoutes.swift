@@ -2,9 +2,12 @@
 /// with a fixed message (never an echo of the request). Every route runs on the service's queue, so
 /// no HTTP thread waits for the database.
 struct RelayRoutes: Sendable {
+    /// The rules the routes apply.
     let service: RelayService
+    /// The relay's configuration (for the code lifetime and the registration mode).
     let configuration: RelayConfiguration
 
+    /// How a route answers: once, from any thread.
     typealias Respond = @Sendable (HTTPResponse) -> Void
 
     /// The router with every relay route.
@@ -63,7 +66,8 @@ struct RelayRoutes: Sendable {
             case .inviteInvalid:
                 return configuration.registration == .invite && invite == nil
                     ? .error(403, code: "invite_required", message: "This relay registers devices by invite only.")
-                    : .error(403, code: "invite_invalid", message: "This invite is not valid (used, expired or unknown).")
+                    : .error(403, code: "invite_invalid",
+                             message: "This invite is not valid (used, expired or unknown).")
             case .limited(let states):
                 return Self.limited(states, code: "rate_limited", message: "Too many registrations; try again later.")
             }
@@ -126,7 +130,8 @@ struct RelayRoutes: Sendable {
     private static func codeRefusal(_ reason: String) -> (code: String, message: String) {
         switch reason {
         case "cooldown":
-            return ("code_cooldown", "A code was sent to this address less than a minute ago; wait before asking again.")
+            return ("code_cooldown",
+                    "A code was sent to this address less than a minute ago; wait before asking again.")
         case "address_hourly":
             return ("code_hourly_cap", "Too many codes for this address in the last hour; try again later.")
         case "address_daily":
@@ -227,8 +232,9 @@ struct RelayRoutes: Sendable {
                 return .error(409, code: "idempotency_conflict",
                               message: "This Idempotency-Key was already used for a different message.")
             case .inFlight:
-                var response = HTTPResponse.error(409, code: "idempotency_in_flight",
-                                                  message: "A request with this Idempotency-Key is still in progress; retry.")
+                var response = HTTPResponse.error(
+                    409, code: "idempotency_in_flight",
+                    message: "A request with this Idempotency-Key is still in progress; retry.")
                 response.headers.add(name: "Retry-After", value: "1")
                 return response
             case .unverified:
@@ -295,7 +301,8 @@ struct RelayRoutes: Sendable {
     }
 
     private static func unavailable(_ error: any Error) -> HTTPResponse {
-        let diskFull = (error as? RelayService.StorageFailure)?.diskFull ?? (error as? DatabaseError)?.isDiskFull ?? false
+        let diskFull = (error as? RelayService.StorageFailure)?.diskFull
+            ?? (error as? DatabaseError)?.isDiskFull ?? false
         var response = HTTPResponse.error(503, code: "storage_unavailable",
                                           message: diskFull ? "The relay's disk is full; nothing was stored."
                                               : "The relay could not store this; nothing was stored.")

@@ -70,7 +70,8 @@ enum RelaySchema {
                 .firstRow { $0.blob(0) } ?? nil
             let current = stored.flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 0
             guard current <= all.count else {
-                throw DatabaseError(code: 1, message: "relay schema \(current) is newer than this Jotter (\(all.count))")
+                throw DatabaseError(code: 1,
+                                    message: "relay schema \(current) is newer than this Jotter (\(all.count))")
             }
             for (index, sql) in all.enumerated() where index + 1 > current {
                 try database.execute(sql)

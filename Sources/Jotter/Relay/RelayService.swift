@@ -102,7 +102,8 @@ public final class RelayService: Sendable {
             inviteHash = keys.secretHash(invite, kind: "invite")
         }
         let charges = configuration.limits.registrationsPerIPHour.map {
-            [LimitCharge(policy: "ip-registrations-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
+            [LimitCharge(policy: "ip-registrations-hour", partition: ipPartition(client), quota: $0,
+                         windowSeconds: 3600)]
         } ?? []
         if !charges.isEmpty, case .refused(let states) = try store.spend(charges, now: now) {
             return .limited(states)
@@ -311,6 +312,7 @@ public final class RelayService: Sendable {
         "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String(reservedAt)
     }
 
+    /// The keyed hash that identifies an address (normalised) for verification and caps.
     func addressKey(_ address: DestinationAddress) -> [UInt8] {
         keys.hash("address", [address.normalized])
     }

@@ -7,6 +7,7 @@
 /// the message it reserves). A device, an invite and a confirmation have no such follower and are
 /// durable on their own.
 public struct SQLiteRelayStore: RelayStore {
+    /// The outbox's database queue: one writer for the outbox and the relay tables alike.
     let database: DatabaseQueue
 
     /// A store over `database` (the outbox's), creating or migrating the relay tables.
@@ -102,7 +103,8 @@ public struct SQLiteRelayStore: RelayStore {
         try write(durable: true) { database in
             let key: [DatabaseValue] = [.text(deviceID), .blob(addressKey)]
             let code = try database.statement("""
-                SELECT code_hash, expires_at, attempts, spent_at FROM relay_codes WHERE device_id = ? AND address_key = ?
+                SELECT code_hash, expires_at, attempts, spent_at FROM relay_codes
+                WHERE device_id = ? AND address_key = ?
                 """).firstRow(key) { row in
                 (hash: row.blob(0) ?? [], expiresAt: row.int64(1), attempts: Int(row.int64(2)), spent: !row.isNull(3))
             }
@@ -238,7 +240,8 @@ public struct SQLiteRelayStore: RelayStore {
 
     public func abandonMessage(keyHash: [UInt8]) throws {
         try write(durable: false) { database in
-            try database.run("DELETE FROM relay_idempotency WHERE key_hash = ? AND message_id IS NULL", [.blob(keyHash)])
+            try database.run("DELETE FROM relay_idempotency WHERE key_hash = ? AND message_id IS NULL",
+                             [.blob(keyHash)])
         }
     }
 
