@@ -242,6 +242,26 @@ import Testing
         #expect(try relay.json("GET", "/v2/messages", secret: device.secret).status == 404)
     }
 
+    @Test func everyOperationInOpenAPIRelayIsARoute() throws {
+        let operations = try Python.run("""
+            import sys, yaml
+            spec = yaml.safe_load(open(sys.argv[1]))
+            for path, item in spec['paths'].items():
+                for method in item:
+                    print(method.upper(), path)
+            """, arguments: [Repository.root + "/openapi-relay.yaml"])
+            .split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        #expect(operations.count == 6)
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        for operation in operations {
+            let path = operation[1].replacingOccurrences(of: "{id}", with: UUID().uuidString.lowercased())
+            let response = try relay.route(operation[0], path)
+            #expect(response.status != 404 && response.status != 405, "\(operation) is not a route")
+        }
+    }
+
     @Test func aWebPageCannotUseTheRelay() throws {
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))
