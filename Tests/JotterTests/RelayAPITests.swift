@@ -262,6 +262,18 @@ import Testing
         }
     }
 
+    @Test func pathsAreNormalisedOnceBeforeRouting() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        #expect(try relay.json("GET", "//v1/./destinations/", secret: device.secret).status == 200)
+        let dotted = try relay.json("GET", "/v1/../v1/destinations", secret: device.secret)
+        #expect(dotted.status == 400 && dotted.errorCode == "bad_path")
+        #expect(dotted.header("Cache-Control") == "no-store")
+        #expect(try relay.json("GET", "/v1/messages/a%2Fb", secret: device.secret).errorCode == "bad_path")
+    }
+
     @Test func aWebPageCannotUseTheRelay() throws {
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))

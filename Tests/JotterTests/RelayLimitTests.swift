@@ -120,16 +120,15 @@ import Testing
     }
 
     @Test func anIPv6ClientIsCountedByItsSlash64() throws {
-        #expect(RelayService.network(of: "2001:db8:1:2::1") == RelayService.network(of: "2001:db8:1:2:ffff::9"))
-        #expect(RelayService.network(of: "2001:db8:1:2::1") != RelayService.network(of: "2001:db8:1:3::1"))
-        #expect(RelayService.network(of: "::ffff:192.0.2.1") == "192.0.2.1")
-        #expect(RelayService.network(of: "192.0.2.1") == "192.0.2.1")
         let fixture = try Fixture { $0.limits.devicePerMinute = nil; $0.limits.ipPerHour = 2 }
         defer { fixture.stop() }
         #expect(try fixture.send(from: "2001:db8:7:7::1").status == 202)
         #expect(try fixture.send(from: "2001:db8:7:7::2").status == 202)
         #expect(try fixture.send(from: "2001:db8:7:7:abcd::3").status == 429, "one subscriber's /64 is one client")
         #expect(try fixture.send(from: "2001:db8:7:8::1").status == 202)
+        #expect(try fixture.send(from: "::ffff:192.0.2.1").status == 202)
+        #expect(try fixture.send(from: "::ffff:192.0.2.1").status == 202)
+        #expect(try fixture.send(from: "192.0.2.1").status == 429, "an IPv4-mapped address is its IPv4 address")
     }
 
     @Test func aRelayWideCeilingIsOffByDefaultAndShownOnlyWhenItRefuses() throws {

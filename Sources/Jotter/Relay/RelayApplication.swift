@@ -59,6 +59,10 @@ public final class RelayApplication: Sendable {
                                    logger: logger)
         let router = RelayRoutes(service: service, configuration: configuration).router()
         let handler: Application.Handler = { request, respond in
+            // The one path normalisation, before the browser check and the router alike (as `Application`).
+            guard let request = RequestPath.normalized(request, refuse: { respond(router.finish($0.response)) }) else {
+                return
+            }
             if let refusal = Self.refusal(for: request) {
                 respond(router.finish(refusal))
                 return

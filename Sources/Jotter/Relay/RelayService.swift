@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Glibc
 
 /// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
 /// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
@@ -321,21 +320,9 @@ public final class RelayService: Sendable {
         keys.hash("code", [deviceID, RelayKeys.hex(addressKey), code])
     }
 
-    /// A keyed hash of the client's network: limits need to tell clients apart, not know them.
+    /// A keyed hash of the client as the connection limits count clients (this machine is one, an
+    /// IPv6 address counts by its /64): limits need to tell clients apart, not know them.
     private func ipPartition(_ client: String) -> [UInt8] {
-        keys.hash("ip", [Self.network(of: client)])
-    }
-
-    /// The network a client address stands for: an IPv4 address itself, an IPv6 address's /64 (one
-    /// subscriber usually holds a whole /64, so counting single addresses would count nothing), an
-    /// IPv4-mapped IPv6 address as its IPv4 address. Anything else as given.
-    static func network(of client: String) -> String {
-        var v6 = in6_addr()
-        guard client.contains(":"), inet_pton(AF_INET6, client, &v6) == 1 else { return client }
-        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
-        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xFF && bytes[11] == 0xFF {
-            return bytes[12...].map(String.init).joined(separator: ".")
-        }
-        return RelayKeys.hex(Array(bytes[0..<8])) + "::/64"
+        keys.hash("ip", [ConnectionRegistry.client(address: client)])
     }
 }
