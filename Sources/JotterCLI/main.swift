@@ -75,6 +75,41 @@ case .devices(let dataDirectory, let action):
         FileHandle.standardError.write(Data("jotter devices: \(error)\n".utf8))
         exit(1)
     }
+case .relayInvite(let dataDirectory):
+    do {
+        print(try RelayInviteCommand.run(dataDirectory: dataDirectory,
+                                         credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
+    } catch {
+        FileHandle.standardError.write(Data("jotter relay invite: \(error)\n".utf8))
+        exit(1)
+    }
+case .relay(let configuration):
+    let relay: RelayApplication
+    do {
+        relay = try RelayApplication(configuration: configuration,
+                                     credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
+        try relay.start()
+    } catch {
+        LogSink.standardError.flush()
+        FileHandle.standardError.write(Data("jotter relay: cannot start: \(error)\n".utf8))
+        exit(1)
+    }
+    for line in LANBanner.listeningLines(host: configuration.http.host, port: relay.port, lan: nil) { print(line) }
+    fflush(nil)  // all streams: scripts wait for this line
+    signal(SIGPIPE, SIG_IGN)
+    var relaySignals: [any DispatchSourceSignal] = []
+    for signalNumber in [SIGINT, SIGTERM] {
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
+        source.setEventHandler {
+            relay.stop()
+            LogSink.standardError.flush()
+            exit(0)
+        }
+        source.resume()
+        relaySignals.append(source)
+    }
+    dispatchMain()
 case .serve(let configuration):
     let application: Application
     do {

@@ -20,6 +20,10 @@ public enum CommandLineOptions {
         case history(url: String, token: String?, limit: Int)
         /// Install, remove, show or print the systemd user unit for `serve` with this configuration.
         case service(ServiceCommand.Action, Configuration)
+        /// Run a relay with this configuration.
+        case relay(RelayConfiguration)
+        /// Print a one-time invite for the relay on this data directory.
+        case relayInvite(dataDirectory: String)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.
@@ -51,6 +55,9 @@ public enum CommandLineOptions {
           jotter rekey [--data-dir PATH]
                                      re-seal every stored memo under a new key (server stopped;
                                      safe to interrupt: run it again to finish)
+          jotter relay [options]     run a Jotter relay for a family or a team (jotter relay --help)
+          jotter relay invite [--data-dir PATH]
+                                     a one-time invite for a relay that registers by invite
 
         Main options of serve (see jotter serve --help for all of them):
           --host HOST          interface to listen on (default 127.0.0.1)
@@ -149,6 +156,7 @@ public enum CommandLineOptions {
             configuration.publicDirectory = absolute(configuration.publicDirectory)
             return .service(action, configuration)
         case "history": return try parseHistory(arguments, environment: environment)
+        case "relay": return try RelayCommandLine.parse(arguments, environment: environment)
         case "rekey":
             guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
                 throw UsageError(description: "usage: jotter rekey [--data-dir PATH]")

@@ -344,8 +344,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             record(claimed.id) { lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: "corrupt") }
             return
         }
+        // A relay's message carries its own recipient; a composer's memo goes to the configured one.
+        let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
         let message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from,
-                                  to: configuration.to, subject: content.subject, body: content.body,
+                                  to: to, subject: content.subject, body: content.body,
                                   attempt: claimed.attempt)
         do {
             let receipt = try transport.send(message)

@@ -8,13 +8,18 @@ public struct MemoDraft: Sendable, Equatable {
     public var idempotencyKey: String?
     /// How long the memo may be taken back (`DELETE /history/{id}`) before delivery starts.
     public var undoMilliseconds: Int64
+    /// Where this one memo goes, when not to the configured recipient (a relay's messages each have
+    /// their own). Sealed with the subject and body, so it is erased with them after delivery.
+    public var recipient: String?
 
     /// A draft with the given fields.
-    public init(subject: String? = nil, body: String, idempotencyKey: String? = nil, undoMilliseconds: Int64 = 0) {
+    public init(subject: String? = nil, body: String, idempotencyKey: String? = nil, undoMilliseconds: Int64 = 0,
+                recipient: String? = nil) {
         self.subject = subject
         self.body = body
         self.idempotencyKey = idempotencyKey
         self.undoMilliseconds = undoMilliseconds
+        self.recipient = recipient
     }
 }
 
@@ -24,32 +29,59 @@ public struct MemoContent: Sendable, Equatable {
     public var subject: String
     /// The body.
     public var body: String
+    /// The memo's own recipient (a relay's message), or nil for the configured one.
+    public var recipient: String?
 
     /// The stored form: a version byte, the subject's length (4 bytes, big-endian), subject, body.
+    /// Version 2 (only for a memo with its own recipient) puts the recipient's length and the
+    /// recipient between subject and body, so every memo stored before reads as it did.
     func encoded() -> [UInt8] {
         let subjectBytes = Array(subject.utf8)
-        let count = UInt32(subjectBytes.count)
-        var bytes: [UInt8] = [1, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF),
-                              UInt8(count & 0xFF)]
-        bytes.reserveCapacity(5 + subjectBytes.count + body.utf8.count)
+        let recipientBytes = recipient.map { Array($0.utf8) }
+        var bytes: [UInt8] = [recipientBytes == nil ? 1 : 2]
+        bytes.reserveCapacity(9 + subjectBytes.count + (recipientBytes?.count ?? 0) + body.utf8.count)
+        Self.appendLength(subjectBytes.count, to: &bytes)
         bytes += subjectBytes
+        if let recipientBytes {
+            Self.appendLength(recipientBytes.count, to: &bytes)
+            bytes += recipientBytes
+        }
         bytes += body.utf8
         return bytes
     }
 
     /// Reads the stored form back; nil if it is not one.
     init?(encoded bytes: [UInt8]) {
-        guard bytes.count >= 5, bytes[0] == 1 else { return nil }
-        let count = Int(bytes[1]) << 24 | Int(bytes[2]) << 16 | Int(bytes[3]) << 8 | Int(bytes[4])
-        guard 5 + count <= bytes.count else { return nil }
-        self.subject = String(decoding: bytes[5..<(5 + count)], as: UTF8.self)
-        self.body = String(decoding: bytes[(5 + count)...], as: UTF8.self)
+        guard let version = bytes.first, version == 1 || version == 2,
+              let subjectEnd = Self.field(bytes, at: 1) else { return nil }
+        self.subject = String(decoding: bytes[5..<subjectEnd], as: UTF8.self)
+        var bodyStart = subjectEnd
+        if version == 2 {
+            guard let recipientEnd = Self.field(bytes, at: subjectEnd) else { return nil }
+            self.recipient = String(decoding: bytes[(subjectEnd + 4)..<recipientEnd], as: UTF8.self)
+            bodyStart = recipientEnd
+        }
+        self.body = String(decoding: bytes[bodyStart...], as: UTF8.self)
+    }
+
+    private static func appendLength(_ count: Int, to bytes: inout [UInt8]) {
+        let count = UInt32(count)
+        bytes += [UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF), UInt8(count & 0xFF)]
+    }
+
+    /// The end of the length-prefixed field whose 4-byte length starts at `offset`, if it fits.
+    private static func field(_ bytes: [UInt8], at offset: Int) -> Int? {
+        guard bytes.count >= offset + 4 else { return nil }
+        let count = Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8
+            | Int(bytes[offset + 3])
+        return offset + 4 + count <= bytes.count ? offset + 4 + count : nil
     }
 
     /// Creates content.
-    public init(subject: String, body: String) {
+    public init(subject: String, body: String, recipient: String? = nil) {
         self.subject = subject
         self.body = body
+        self.recipient = recipient
     }
 }
 

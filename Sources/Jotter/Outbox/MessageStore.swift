@@ -28,7 +28,7 @@ struct MessageStore: Sendable {
         let id = UUID().uuidString.lowercased()
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
-                                  body: draft.body)
+                                  body: draft.body, recipient: draft.recipient)
         let lifecycle = DeliveryLifecycle.accepted(now: now, undoMilliseconds: draft.undoMilliseconds)
         try database.run("""
             INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
@@ -49,7 +49,10 @@ struct MessageStore: Sendable {
         } else {
             bytes = [0]
         }
-        return bytes + Array(draft.body.utf8)
+        // A memo with its own recipient (a relay's) hashes it too, length-prefixed in front behind a
+        // marker no other payload starts with; every other memo hashes exactly as before.
+        let recipient = draft.recipient.map { [0x52] + Array(String($0.utf8.count).utf8) + [0x3A] + Array($0.utf8) }
+        return (recipient ?? []) + bytes + Array(draft.body.utf8)
     }
 
     // MARK: Lifecycle

@@ -1,0 +1,40 @@
+/// An address a device may send to, once verified: a plain ASCII `local@domain`, checked strictly
+/// enough that it can never break a mail header or an SMTP command.
+public struct DestinationAddress: Sendable, Equatable {
+    /// The address as it is mailed and listed: as given, with its domain lowercased.
+    public let address: String
+    /// The form that identifies it for verification and limits: all lowercased (providers treat
+    /// the local part without case, and a cap must not be dodged by changing case).
+    public let normalized: String
+
+    /// Parses `text` (surrounding spaces ignored); nil if it is not an acceptable address.
+    public init?(_ text: String) {
+        let trimmed = Substring(text).trimmingCharacters(in: " \t")
+        guard (3...254).contains(trimmed.utf8.count) else { return nil }
+        let parts = trimmed.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, Self.isLocalPart(parts[0]), Self.isDomain(parts[1]) else { return nil }
+        address = String(parts[0]) + "@" + parts[1].lowercased()
+        normalized = address.lowercased()
+    }
+
+    /// RFC 5321 dot-atom local part, at most 64 characters (no quoted strings).
+    private static func isLocalPart(_ local: Substring) -> Bool {
+        let special = Set("!#$%&'*+/=?^_`{|}~-".utf8)
+        return (1...64).contains(local.utf8.count) && !local.hasPrefix(".") && !local.hasSuffix(".")
+            && !local.contains("..")
+            && local.utf8.allSatisfy { Self.isAlphanumeric($0) || special.contains($0) || $0 == UInt8(ascii: ".") }
+    }
+
+    /// A DNS name of at least two labels, letters, digits and inner hyphens.
+    private static func isDomain(_ domain: Substring) -> Bool {
+        let labels = domain.split(separator: ".", omittingEmptySubsequences: false)
+        return labels.count >= 2 && domain.utf8.count <= 253 && labels.allSatisfy { label in
+            (1...63).contains(label.utf8.count) && !label.hasPrefix("-") && !label.hasSuffix("-")
+                && label.utf8.allSatisfy { Self.isAlphanumeric($0) || $0 == UInt8(ascii: "-") }
+        }
+    }
+
+    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
+        (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+    }
+}

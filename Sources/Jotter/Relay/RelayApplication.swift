@@ -1,0 +1,149 @@
+import Dispatch
+import Foundation
+import Glibc
+import Synchronization
+
+/// `jotter relay` assembled: data directory, key, the relay's own sealed outbox and delivery worker,
+/// its store, its API and the HTTP server. Built like `Application`: `init` wires the parts (opening
+/// files, nothing more), `start` starts the worker and the server, `stop` stops them in reverse.
+public final class RelayApplication: Sendable {
+    /// The configuration it was started with.
+    public let configuration: RelayConfiguration
+    /// The relay's outbox (tests read it directly).
+    public let outbox: Outbox
+    /// The delivery worker.
+    public let worker: DeliveryWorker
+    /// The relay's rules (tests drive it directly too).
+    public let service: RelayService
+    /// The HTTP server.
+    let server: HTTPServer
+    private let handler: Application.Handler
+    private let dataDirectory: DataDirectory
+    private let scheduler: any Scheduler
+    private let housekeeping = Mutex<(any SchedulerTimer)?>(nil)
+    private let housekeepingQueue = DispatchQueue(label: "jotter.relay.housekeeping")
+    private let logger: Logger
+    private let mailFingerprint: [UInt8]
+
+    /// How often expired keys, old counters and spent codes are forgotten.
+    static let housekeepingMilliseconds: Int64 = 3_600_000
+
+    /// Opens and wires everything; `start()` then serves. Throws (with a message fit for a person) if
+    /// anything is wrong: an unreadable or insecure key, a locked data directory, a bad mail URL.
+    public init(configuration: RelayConfiguration, transport: (any Transport)? = nil,
+                clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
+                logSink: LogSink = .standardError, credentialsDirectory: String? = nil) throws {
+        let logger = Logger(label: "relay", level: configuration.logLevel, sink: logSink)
+        self.configuration = configuration
+        self.logger = logger
+        self.scheduler = scheduler
+        dataDirectory = try DataDirectory(path: configuration.dataDirectory)
+        if access(dataDirectory.keyPath + ".new", F_OK) == 0 {
+            throw Application.StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
+        }
+        try dataDirectory.checkDatabase()
+        let key = try KeyStore.load(path: dataDirectory.keyPath,
+                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    protecting: dataDirectory.databasePath)
+        let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
+        mailFingerprint = Array(mail.utf8)
+        let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
+        var delivery = configuration.delivery
+        if let from = relay.from { delivery.from = from }
+        outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock, logger: logger.labelled("outbox"))
+        dataDirectory.markDatabaseCreated()
+        worker = DeliveryWorker(outbox: outbox, transport: transport ?? relay.transport, configuration: delivery,
+                                clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
+        let store = try SQLiteRelayStore(database: outbox.database)
+        service = try RelayService(store: store, outbox: outbox, configuration: configuration, clock: clock,
+                                   logger: logger)
+        let router = RelayRoutes(service: service, configuration: configuration).router()
+        let handler: Application.Handler = { request, respond in
+            // The one path normalisation, before the browser check and the router alike (as `Application`).
+            guard let request = RequestPath.normalized(request, refuse: { respond(router.finish($0.response)) }) else {
+                return
+            }
+            if let refusal = Self.refusal(for: request) {
+                respond(router.finish(refusal))
+                return
+            }
+            router.handle(request, respond: respond)
+        }
+        self.handler = handler
+        server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), handler: handler)
+        let worker = worker
+        outbox.setOnAccepted { worker.wake() }
+    }
+
+    /// Answers `request` as the server would, without a socket (tests at the router).
+    public func handle(_ request: HTTPRequest, respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        handler(request, respond)
+    }
+
+    /// The port the server listens on.
+    public var port: Int { server.port }
+
+    /// Starts delivering and serving. Throws if the port is busy (or storage fails); everything opened
+    /// is closed again then.
+    public func start() throws {
+        do {
+            if try outbox.settings.changed("relay", fingerprint: mailFingerprint) {
+                let count = try outbox.requeueFailed() + outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+                logger.notice("mail configuration changed; failed messages re-queued", metadata: ["count": "\(count)"])
+            }
+            // The data directory's lock proves no other process holds a key in flight.
+            try service.recoverInterrupted()
+            try worker.start()
+            try server.start()
+            let timer = scheduler.makeTimer(queue: housekeepingQueue) { [weak self] in self?.houseKeep() }
+            housekeeping.withLock { $0 = timer }
+            timer.arm(afterMilliseconds: 0)
+        } catch {
+            worker.stop()
+            outbox.close()
+            dataDirectory.unlock()
+            throw error
+        }
+    }
+
+    /// Stops in order: the server (draining requests in flight), housekeeping, the worker, the outbox.
+    public func stop() {
+        server.stop()
+        housekeeping.withLock { timer in
+            timer?.cancel()
+            timer = nil
+        }
+        housekeepingQueue.sync {}  // a purge under way finishes before the database closes
+        worker.stop()
+        outbox.close()
+        dataDirectory.unlock()
+    }
+
+    private func houseKeep() {
+        do {
+            try service.purge()
+        } catch {
+            logger.warning("housekeeping failed", metadata: ["error.kind": DeliveryWorker.kind(of: error)])
+        }
+        housekeeping.withLock { $0 }?.arm(afterMilliseconds: Self.housekeepingMilliseconds)
+    }
+
+    /// The relay's API is for programs (a composer, a script), never for a page in a browser: a request
+    /// a browser made for a page (it carries `Origin`, or `Sec-Fetch-Site` other than `none`) is refused
+    /// before routing, so no web page can register devices or spend a device's limits.
+    static func refusal(for request: HTTPRequest) -> HTTPResponse? {
+        let site = request.headers["Sec-Fetch-Site"]
+        guard request.headers["Origin"] != nil || (site != nil && site != "none") else { return nil }
+        return .error(403, code: "browser_request", message: "The relay's API does not answer web pages.")
+    }
+
+    /// The mail URL with a placeholder `to=` when a `resend://` URL has none: `RelayURL` wants a
+    /// recipient for it, but each relay message carries its own. (SMTP URLs need none.)
+    static func withRecipientPlaceholder(_ mail: String) -> String {
+        let scheme = mail.prefix(while: { $0 != ":" }).lowercased()
+        guard scheme == "resend", var url = URLComponents(string: mail),
+              !(url.queryItems ?? []).contains(where: { $0.name == "to" }) else { return mail }
+        url.queryItems = (url.queryItems ?? []) + [URLQueryItem(name: "to", value: "recipient@relay.invalid")]
+        return url.string ?? mail
+    }
+}

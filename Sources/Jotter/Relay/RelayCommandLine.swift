@@ -1,0 +1,240 @@
+import Glibc
+
+/// Parses `jotter relay …` (flags win over `JOTTER_RELAY_*` environment variables, which win over
+/// defaults), as `CommandLineOptions` parses `serve`.
+public enum RelayCommandLine {
+    /// Help for `relay`.
+    public static let help = """
+        Usage: jotter relay [options]       run a Jotter relay (one node, SQLite)
+               jotter relay invite [--data-dir PATH]
+                                            print a one-time invite (7 days) for --registration invite
+
+        A relay holds the mail provider's key for a family or a team and sends each device's
+        messages only to addresses that device has proven it reads (a 6-digit code), within limits.
+
+        Options (each also read from the environment variable shown):
+          --host HOST          interface to listen on (JOTTER_RELAY_HOST; default 127.0.0.1)
+          --port PORT          port, 0 picks a free one (JOTTER_RELAY_PORT; default 7374)
+          --data-dir PATH      database, key and default Maildir (JOTTER_RELAY_DATA_DIR;
+                               default $XDG_DATA_HOME/jotter-relay, else ~/.local/share/jotter-relay)
+          --store URL          where the relay keeps its state (JOTTER_RELAY_STORE): sqlite (the
+                               default: jotter.db in the data directory); postgres:// is not built yet
+          --mail URL           how mail leaves the relay (JOTTER_RELAY_MAIL; default
+                               maildir:<data-dir>/Maildir): maildir:PATH, smtp://USER:PASS@HOST:587,
+                               smtps://USER:PASS@HOST:465, resend://API_KEY, sendmail: — with
+                               ?from=ADDR; each message's recipient is the verified address it names
+          --mail-file PATH     read the mail URL from this file, so secrets stay out of ps and shell
+                               history (JOTTER_RELAY_MAIL_FILE)
+          --registration MODE  open (anyone who reaches the relay) or invite (JOTTER_RELAY_REGISTRATION;
+                               default open)
+          --limit-device-minute N|off   messages per device per minute (default 30)
+          --limit-device-day N|off      messages per device per UTC day (default 200)
+          --limit-ip-hour N|off         messages per client IP address per hour (default 120)
+          --limit-global-day N|off      messages for the whole relay per UTC day (default off)
+          --limit-ip-codes-hour N|off   code requests per client IP address per hour (default 10)
+          --limit-ip-registrations-hour N|off
+                                        device registrations per client IP address per hour (default 10)
+                               (JOTTER_RELAY_LIMIT_DEVICE_MINUTE, …_DEVICE_DAY, …_IP_HOUR, …_GLOBAL_DAY,
+                               …_IP_CODES_HOUR, …_IP_REGISTRATIONS_HOUR)
+          --idempotency-hours H  how long an Idempotency-Key is remembered (JOTTER_RELAY_IDEMPOTENCY_HOURS;
+                               default 24, at least 1: a composer retries at least hourly)
+          --slots N            deliveries in flight at once (JOTTER_RELAY_SLOTS; default 4)
+          --retry-cap SECONDS  longest wait between attempts (JOTTER_RELAY_RETRY_CAP; default 3600)
+          --max-body BYTES     largest request accepted (JOTTER_RELAY_MAX_BODY; default 262144)
+          --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_RELAY_LOG_LEVEL)
+          -h, --help           this text
+
+        Limits count fixed windows and survive a restart; beyond one: 429 with Retry-After and
+        RateLimit-Policy / RateLimit fields.
+        """
+
+    private static let flags: [String: String] = [
+        "--host": "JOTTER_RELAY_HOST", "--port": "JOTTER_RELAY_PORT", "--data-dir": "JOTTER_RELAY_DATA_DIR",
+        "--store": "JOTTER_RELAY_STORE", "--mail": "JOTTER_RELAY_MAIL", "--mail-file": "JOTTER_RELAY_MAIL_FILE",
+        "--registration": "JOTTER_RELAY_REGISTRATION",
+        "--limit-device-minute": "JOTTER_RELAY_LIMIT_DEVICE_MINUTE",
+        "--limit-device-day": "JOTTER_RELAY_LIMIT_DEVICE_DAY", "--limit-ip-hour": "JOTTER_RELAY_LIMIT_IP_HOUR",
+        "--limit-global-day": "JOTTER_RELAY_LIMIT_GLOBAL_DAY",
+        "--limit-ip-codes-hour": "JOTTER_RELAY_LIMIT_IP_CODES_HOUR",
+        "--limit-ip-registrations-hour": "JOTTER_RELAY_LIMIT_IP_REGISTRATIONS_HOUR",
+        "--idempotency-hours": "JOTTER_RELAY_IDEMPOTENCY_HOURS", "--slots": "JOTTER_RELAY_SLOTS",
+        "--retry-cap": "JOTTER_RELAY_RETRY_CAP", "--max-body": "JOTTER_RELAY_MAX_BODY",
+        "--log-level": "JOTTER_RELAY_LOG_LEVEL",
+    ]
+
+    /// Parses the arguments after `relay`.
+    public static func parse(_ arguments: ArraySlice<String>,
+                             environment: [String: String]) throws -> CommandLineOptions.Command {
+        var arguments = arguments
+        if arguments.first == "invite" {
+            arguments.removeFirst()
+            return .relayInvite(dataDirectory: try inviteDataDirectory(arguments, environment: environment))
+        }
+        var values: [String: String] = [:]
+        for (flag, variable) in flags {
+            if let value = environment[variable], !value.isEmpty { values[flag] = value }
+        }
+        while let argument = arguments.popFirst() {
+            if argument == "-h" || argument == "--help" { return .help(help) }
+            var name = argument
+            var value: String?
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                name = String(argument[..<equals])
+                value = String(argument[argument.index(after: equals)...])
+            }
+            guard flags[name] != nil else {
+                throw CommandLineOptions.UsageError(description: "unknown relay option '\(name.prefix(40))'")
+            }
+            guard let given = value ?? arguments.popFirst() else {
+                throw CommandLineOptions.UsageError(description: "\(name) needs a value")
+            }
+            values[name] = given
+        }
+        return .relay(try configuration(values, environment: environment))
+    }
+
+    private static func configuration(_ values: [String: String],
+                                      environment: [String: String]) throws -> RelayConfiguration {
+        var configuration = RelayConfiguration(
+            dataDirectory: values["--data-dir"] ?? RelayConfiguration.defaultDataDirectory(environment: environment))
+        if let store = values["--store"] { configuration.store = try self.store(store) }
+        configuration.mail = values["--mail"]
+        if let path = values["--mail-file"] {
+            guard configuration.mail == nil else {
+                throw CommandLineOptions.UsageError(description: "give --mail or --mail-file, not both")
+            }
+            configuration.mail = try CommandLineOptions.readRelayFile(path)
+        }
+        if let mode = values["--registration"] {
+            guard let registration = RelayConfiguration.Registration(rawValue: mode) else {
+                throw CommandLineOptions.UsageError(description: "--registration must be open or invite")
+            }
+            configuration.registration = registration
+        }
+        var limits = configuration.limits
+        try limit(values, "--limit-device-minute", &limits.devicePerMinute)
+        try limit(values, "--limit-device-day", &limits.devicePerDay)
+        try limit(values, "--limit-ip-hour", &limits.ipPerHour)
+        try limit(values, "--limit-global-day", &limits.globalPerDay)
+        try limit(values, "--limit-ip-codes-hour", &limits.codeRequestsPerIPHour)
+        try limit(values, "--limit-ip-registrations-hour", &limits.registrationsPerIPHour)
+        configuration.limits = limits
+        if let hours = values["--idempotency-hours"] {
+            guard let number = Int64(hours), (1...720).contains(number) else {
+                throw CommandLineOptions.UsageError(description: "--idempotency-hours must be a number from 1 to 720")
+            }
+            configuration.idempotencyRetentionMilliseconds = number * 3_600_000
+        }
+        if let slots = values["--slots"] {
+            guard let number = Int(slots), (1...64).contains(number) else {
+                throw CommandLineOptions.UsageError(description: "--slots must be a number from 1 to 64")
+            }
+            configuration.delivery.slots = number
+        }
+        if let cap = values["--retry-cap"] {
+            guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
+                throw CommandLineOptions.UsageError(
+                    description: "--retry-cap must be a number of seconds from 1 to 86400")
+            }
+            configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
+        }
+        if let host = values["--host"] {
+            guard !host.isEmpty else { throw CommandLineOptions.UsageError(description: "--host needs a value") }
+            configuration.http.host = host
+        }
+        if let port = values["--port"] {
+            guard let number = Int(port), (0...65535).contains(number) else {
+                throw CommandLineOptions.UsageError(description: "--port must be a number from 0 to 65535")
+            }
+            configuration.http.port = number
+        }
+        if let maxBody = values["--max-body"] {
+            guard let number = Int(maxBody), number >= 1024, number <= 64 * 1024 * 1024 else {
+                throw CommandLineOptions.UsageError(
+                    description: "--max-body must be a number of bytes from 1024 to 67108864")
+            }
+            configuration.http.maxBodyBytes = number
+        }
+        if let level = values["--log-level"] {
+            guard let parsed = Logger.Level(name: level) else {
+                throw CommandLineOptions.UsageError(
+                    description: "--log-level must be one of trace, debug, info, notice, warning, error")
+            }
+            configuration.logLevel = parsed
+        }
+        return configuration
+    }
+
+    /// `sqlite` (or `sqlite:`): the default. A PostgreSQL URL is refused plainly: not built yet.
+    /// The error never repeats the URL, which may hold a password.
+    static func store(_ text: String) throws -> RelayConfiguration.StoreLocation {
+        let scheme = text.prefix(while: { $0 != ":" }).lowercased()
+        switch scheme {
+        case "sqlite":
+            return .sqlite
+        case "postgres", "postgresql":
+            throw CommandLineOptions.UsageError(
+                description: "--store \(scheme)://… is not built yet: this relay keeps its state in SQLite in its "
+                    + "data directory (leave --store out, or give --store sqlite)")
+        default:
+            let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
+            throw CommandLineOptions.UsageError(
+                description: "--store '\(safe.prefix(20))' is not a store (use sqlite)")
+        }
+    }
+
+    /// A limit's value: a positive number, or `off`.
+    private static func limit(_ values: [String: String], _ flag: String, _ limit: inout Int?) throws {
+        guard let value = values[flag] else { return }
+        if value == "off" {
+            limit = nil
+            return
+        }
+        guard let number = Int(value), (1...1_000_000_000).contains(number) else {
+            throw CommandLineOptions.UsageError(description: "\(flag) must be a positive number, or off")
+        }
+        limit = number
+    }
+
+    private static func inviteDataDirectory(_ arguments: ArraySlice<String>,
+                                            environment: [String: String]) throws -> String {
+        var arguments = arguments
+        var directory = environment["JOTTER_RELAY_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? RelayConfiguration.defaultDataDirectory(environment: environment)
+        while let argument = arguments.popFirst() {
+            if argument == "--data-dir", let value = arguments.popFirst() {
+                directory = value
+            } else if argument.hasPrefix("--data-dir=") {
+                directory = String(argument.dropFirst("--data-dir=".count))
+            } else {
+                throw CommandLineOptions.UsageError(description: "usage: jotter relay invite [--data-dir PATH]")
+            }
+        }
+        return directory
+    }
+}
+
+/// `jotter relay invite`: a one-time invite that the relay on a data directory accepts (while it runs
+/// or not: SQLite arbitrates).
+public enum RelayInviteCommand {
+    /// Issues an invite; returns the text to print.
+    public static func run(dataDirectory: String, credentialsDirectory: String? = nil) throws -> String {
+        guard access(dataDirectory + "/jotter.db", F_OK) == 0 else {
+            throw CommandLineOptions.UsageError(
+                description: "no Jotter relay data in \(dataDirectory): start 'jotter relay' once (see --data-dir)")
+        }
+        let key = try KeyStore.load(path: dataDirectory + "/key",
+                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    protecting: dataDirectory + "/jotter.db")
+        let outbox = try Outbox(path: dataDirectory + "/jotter.db", key: key)
+        defer { outbox.close() }
+        let service = try RelayService(store: try SQLiteRelayStore(database: outbox.database), outbox: outbox,
+                                       configuration: RelayConfiguration(dataDirectory: dataDirectory))
+        let invite = try service.issueInvite()
+        return """
+            \(invite.invite)
+            (works once, until \(Timestamp.iso8601(milliseconds: invite.expiresAt)); a device registers with \
+            POST /v1/devices {"invite": "…"})
+            """
+    }
+}

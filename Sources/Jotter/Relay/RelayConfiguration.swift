@@ -1,0 +1,102 @@
+/// Everything `jotter relay` can be told, as plain values with defaults. Only `main` (through
+/// `RelayCommandLine`) reads the environment and the command line to fill it in.
+public struct RelayConfiguration: Sendable {
+    /// Who may register a device.
+    public enum Registration: String, Sendable, Equatable {
+        /// Anyone who can reach the relay.
+        case open
+        /// Only with an invite printed by `jotter relay invite`.
+        case invite
+    }
+
+    /// Where the relay keeps its state.
+    public enum StoreLocation: Sendable, Equatable {
+        /// SQLite in the data directory (one node).
+        case sqlite
+    }
+
+    /// The data directory (database, key, default Maildir).
+    public var dataDirectory: String
+    /// How mail leaves the relay: `maildir:PATH` (default `maildir:<data-dir>/Maildir`), `smtp://`,
+    /// `smtps://`, `resend://`, `sendmail:`. Each message's recipient is its own.
+    public var mail: String?
+    /// The state store.
+    public var store = StoreLocation.sqlite
+    /// Who may register.
+    public var registration = Registration.open
+    /// The HTTP server's addresses and limits (port 7374 unless told).
+    public var http: HTTPServer.Configuration = {
+        var http = HTTPServer.Configuration()
+        http.port = 7374
+        return http
+    }()
+    /// The delivery worker's settings (its `to` is unused: every message has its own).
+    public var delivery = DeliveryWorker.Configuration()
+    /// Rate limits.
+    public var limits = RelayLimits()
+    /// Verification codes.
+    public var codes = CodePolicy()
+    /// How long an `Idempotency-Key` is remembered, in milliseconds (24 hours).
+    public var idempotencyRetentionMilliseconds: Int64 = 24 * 3_600_000
+    /// How long a request may hold an `Idempotency-Key` while its message is being stored; a holder
+    /// that dies (a crash) lets the key go after this.
+    public var idempotencyLeaseMilliseconds: Int64 = 30_000
+    /// How long an invite works.
+    public var inviteLifetimeMilliseconds: Int64 = 7 * 86_400_000
+    /// Log level.
+    public var logLevel: Logger.Level = .info
+
+    /// The shortest idempotency retention allowed: a composer retries at least this often (its
+    /// backoff is capped at an hour), so a retry always finds the key it used.
+    public static let minimumIdempotencyRetentionMilliseconds: Int64 = 3_600_000
+
+    /// A configuration with defaults for everything but the data directory.
+    public init(dataDirectory: String) {
+        self.dataDirectory = dataDirectory
+    }
+
+    /// `$XDG_DATA_HOME/jotter-relay`, else `~/.local/share/jotter-relay`.
+    public static func defaultDataDirectory(environment: [String: String]) -> String {
+        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+            return xdg + "/jotter-relay"
+        }
+        return (environment["HOME"] ?? ".") + "/.local/share/jotter-relay"
+    }
+}
+
+/// The relay's rate limits; nil turns one off. Every layer that applies to a request is checked
+/// before any is spent.
+public struct RelayLimits: Sendable, Equatable {
+    /// Messages per device per minute.
+    public var devicePerMinute: Int? = 30
+    /// Messages per device per day (UTC).
+    public var devicePerDay: Int? = 200
+    /// Messages per client IP address per hour.
+    public var ipPerHour: Int? = 120
+    /// Messages for the whole relay per day (UTC): a ceiling for the mail provider's quota.
+    public var globalPerDay: Int?
+    /// Code requests (`POST /v1/destinations`) per client IP address per hour.
+    public var codeRequestsPerIPHour: Int? = 10
+    /// Device registrations per client IP address per hour.
+    public var registrationsPerIPHour: Int? = 10
+
+    /// The defaults.
+    public init() {}
+}
+
+/// The rules for verification codes (the numbers are the defaults).
+public struct CodePolicy: Sendable, Equatable {
+    /// How long a code works.
+    public var lifetimeMilliseconds: Int64 = 10 * 60_000
+    /// Wrong attempts that burn a code.
+    public var maximumAttempts = 5
+    /// The least time between two codes for one address.
+    public var cooldownMilliseconds: Int64 = 60_000
+    /// Codes per address per (sliding) hour.
+    public var perAddressPerHour = 3
+    /// Codes per address per (sliding) day.
+    public var perAddressPerDay = 5
+
+    /// The defaults.
+    public init() {}
+}

@@ -1,0 +1,326 @@
+/// The relay's HTTP API under `/v1`: JSON in, JSON out, every error `{"error":{"code","message"}}`
+/// with a fixed message (never an echo of the request). Every route runs on the service's queue, so
+/// no HTTP thread waits for the database.
+struct RelayRoutes: Sendable {
+    /// The rules the routes apply.
+    let service: RelayService
+    /// The relay's configuration (for the code lifetime and the registration mode).
+    let configuration: RelayConfiguration
+
+    /// How a route answers: once, from any thread.
+    typealias Respond = @Sendable (HTTPResponse) -> Void
+
+    /// The router with every relay route.
+    func router() -> Router {
+        var router = Router()
+        add(&router, "POST", "/v1/devices") { request, _, respond in respond(register(request)) }
+        add(&router, "POST", "/v1/destinations") { request, _, respond in
+            authenticated(request, respond) { device in requestCode(request, device: device, respond: respond) }
+        }
+        add(&router, "POST", "/v1/destinations/confirm") { request, _, respond in
+            authenticated(request, respond) { device in respond(confirm(request, device: device)) }
+        }
+        add(&router, "GET", "/v1/destinations") { request, _, respond in
+            authenticated(request, respond) { device in respond(destinations(device: device)) }
+        }
+        add(&router, "POST", "/v1/messages") { request, _, respond in
+            authenticated(request, respond) { device in send(request, device: device, respond: respond) }
+        }
+        add(&router, "GET", "/v1/messages/{id}") { request, parameters, respond in
+            authenticated(request, respond) { device in respond(status(id: parameters["id"] ?? "", device: device)) }
+        }
+        return router
+    }
+
+    private func add(_ router: inout Router, _ method: String, _ pattern: String, _ handler: @escaping Router.Handler) {
+        let queue = service.queue
+        router.add(method, pattern) { request, parameters, respond in
+            queue.async { handler(request, parameters, respond) }
+        }
+    }
+
+    // MARK: Devices
+
+    private func register(_ request: HTTPRequest) -> HTTPResponse {
+        var invite: String?
+        if !request.body.isEmpty {
+            let fields: RelayJSON.Fields
+            switch RelayJSON.object(request, allowed: ["invite"]) {
+            case .success(let object): fields = object
+            case .failure(let error): return error.response
+            }
+            switch fields.string("invite", required: false) {
+            case .success(let value): invite = value
+            case .failure(let error): return error.response
+            }
+        }
+        return answering {
+            switch try service.register(invite: invite, client: request.remoteAddress) {
+            case .registered(let id, let secret):
+                var json = JSONWriter()
+                json.object { json in
+                    json.field("device_id", id)
+                    json.field("secret", secret)
+                }
+                return .json(201, json.bytes)
+            case .inviteInvalid:
+                return configuration.registration == .invite && invite == nil
+                    ? .error(403, code: "invite_required", message: "This relay registers devices by invite only.")
+                    : .error(403, code: "invite_invalid",
+                             message: "This invite is not valid (used, expired or unknown).")
+            case .limited(let states):
+                return Self.limited(states, code: "rate_limited", message: "Too many registrations; try again later.")
+            }
+        }
+    }
+
+    /// Runs `handler` with the device the request's bearer secret belongs to, or answers `401`.
+    private func authenticated(_ request: HTTPRequest, _ respond: Respond, _ handler: (String) -> Void) {
+        let values = request.headers.values("Authorization")
+        guard values.count == 1, let value = values.first, value.utf8.count > 7,
+              value.prefix(7).lowercased() == "bearer " else {
+            return respond(Self.unauthorized("missing_credentials", "Send Authorization: Bearer <secret>."))
+        }
+        let device: String?
+        do {
+            device = try service.authenticate(secret: String(String(value.dropFirst(7)).trimmingASCIISpaces()))
+        } catch {
+            return respond(Self.unavailable(error))
+        }
+        guard let device else {
+            return respond(Self.unauthorized("invalid_credentials", "This secret is not a device's of this relay."))
+        }
+        handler(device)
+    }
+
+    // MARK: Destinations
+
+    private func requestCode(_ request: HTTPRequest, device: String, respond: @escaping Respond) {
+        let address: DestinationAddress, language: String?
+        switch RelayJSON.object(request, allowed: ["address", "language"]).flatMap({ fields in
+            fields.address("address").flatMap { address in
+                fields.string("language", required: false, maximumBytes: 35).map { (address, $0) }
+            }
+        }) {
+        case .success(let parsed): (address, language) = parsed
+        case .failure(let error): return respond(error.response)
+        }
+        let lifetime = configuration.codes.lifetimeMilliseconds / 1000
+        service.requestCode(deviceID: device, address: address, language: language,
+                            client: request.remoteAddress) { result in
+            respond(Self.answering(result) { outcome in
+            switch outcome {
+            case .sent(let states):
+                var json = JSONWriter()
+                json.object { $0.field("expires_in", lifetime) }
+                var response = HTTPResponse.json(202, json.bytes)
+                RateLimitFields.add(states, to: &response)
+                return response
+            case .limited(let reason, let seconds, let states):
+                let (code, message) = Self.codeRefusal(reason)
+                var response = HTTPResponse.error(429, code: code, message: message)
+                response.headers.add(name: "Retry-After", value: String(seconds))
+                RateLimitFields.add(states, to: &response)
+                return response
+            }
+            })
+        }
+    }
+
+    private static func codeRefusal(_ reason: String) -> (code: String, message: String) {
+        switch reason {
+        case "cooldown":
+            return ("code_cooldown",
+                    "A code was sent to this address less than a minute ago; wait before asking again.")
+        case "address_hourly":
+            return ("code_hourly_cap", "Too many codes for this address in the last hour; try again later.")
+        case "address_daily":
+            return ("code_daily_cap", "Too many codes for this address today; try again later.")
+        default:
+            return ("rate_limited", "Too many code requests from this network; try again later.")
+        }
+    }
+
+    private func confirm(_ request: HTTPRequest, device: String) -> HTTPResponse {
+        let address: DestinationAddress, code: String
+        switch RelayJSON.object(request, allowed: ["address", "code"]).flatMap({ fields in
+            fields.address("address").flatMap { address in
+                fields.string("code", required: true, maximumBytes: 16).map { (address, $0 ?? "") }
+            }
+        }) {
+        case .success(let parsed): (address, code) = parsed
+        case .failure(let error): return error.response
+        }
+        guard VerificationCode.isWellFormed(code) else {
+            return .error(400, code: "malformed_code", message: "The code is six digits.")
+        }
+        return answering {
+            switch try service.confirm(deviceID: device, address: address, code: code) {
+            case .verified:
+                var json = JSONWriter()
+                json.object { json in
+                    json.field("address", address.address)
+                    json.field("state", "verified")
+                }
+                return .json(200, json.bytes)
+            case .wrong:
+                return .error(400, code: "invalid_code", message: "That is not the code we mailed.")
+            case .expired:
+                return .error(400, code: "code_expired", message: "This code has expired; ask for a new one.")
+            case .spent:
+                return .error(400, code: "code_spent",
+                              message: "This code was used, or had too many wrong tries; ask for a new one.")
+            case .noCode:
+                return .error(400, code: "no_code", message: "Ask for a code for this address first.")
+            }
+        }
+    }
+
+    private func destinations(device: String) -> HTTPResponse {
+        answering {
+            let destinations = try service.destinations(deviceID: device)
+            var json = JSONWriter()
+            json.object { json in
+                json.key("destinations")
+                json.array { json in
+                    for destination in destinations {
+                        json.object { json in
+                            json.field("address", destination.address)
+                            json.field("state", destination.verifiedAt == nil ? "pending" : "verified")
+                            json.field("verified_at", destination.verifiedAt.map(Timestamp.iso8601(milliseconds:)))
+                        }
+                    }
+                }
+            }
+            return .json(200, json.bytes)
+        }
+    }
+
+    // MARK: Messages
+
+    private func send(_ request: HTTPRequest, device: String, respond: @escaping Respond) {
+        let keys = request.headers.values("Idempotency-Key")
+        guard keys.count <= 1, keys.allSatisfy(Self.validIdempotencyKey) else {
+            return respond(.error(400, code: "invalid_idempotency_key",
+                                  message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
+        }
+        let to: DestinationAddress, subject: String?, body: String
+        switch RelayJSON.object(request, allowed: ["to", "subject", "body"]).flatMap({ fields in
+            fields.address("to").flatMap { to in
+                fields.string("subject", required: false, maximumBytes: 998).flatMap { subject in
+                    fields.string("body", required: true).map { (to, subject, $0 ?? "") }
+                }
+            }
+        }) {
+        case .success(let parsed): (to, subject, body) = parsed
+        case .failure(let error): return respond(error.response)
+        }
+        guard !body.isEmpty else { return respond(.error(400, code: "empty", message: "The message has no body.")) }
+        service.send(deviceID: device, to: to, subject: subject, body: body, idempotencyKey: keys.first,
+                     client: request.remoteAddress) { result in
+            respond(Self.answering(result) { outcome in
+            switch outcome {
+            case .accepted(let id, let states):
+                var response = Self.accepted(id)
+                RateLimitFields.add(states, to: &response)
+                return response
+            case .replayed(let id):
+                var response = Self.accepted(id)
+                response.headers.add(name: "Idempotent-Replayed", value: "true")
+                return response
+            case .conflict:
+                return .error(409, code: "idempotency_conflict",
+                              message: "This Idempotency-Key was already used for a different message.")
+            case .inFlight:
+                var response = HTTPResponse.error(
+                    409, code: "idempotency_in_flight",
+                    message: "A request with this Idempotency-Key is still in progress; retry.")
+                response.headers.add(name: "Retry-After", value: "1")
+                return response
+            case .unverified:
+                return .error(403, code: "destination_unverified",
+                              message: "This device has not verified that address; ask for a code first.")
+            case .limited(let states):
+                return Self.limited(states, code: "rate_limited", message: "Too many messages; try again later.")
+            }
+            })
+        }
+    }
+
+    private static func accepted(_ id: String) -> HTTPResponse {
+        var json = JSONWriter()
+        json.object { $0.field("id", id) }
+        var response = HTTPResponse.json(202, json.bytes)
+        response.messageID = id
+        return response
+    }
+
+    private func status(id: String, device: String) -> HTTPResponse {
+        answering {
+            guard id.utf8.count <= 64, let record = try service.status(deviceID: device, id: id.lowercased()) else {
+                return .error(404, code: "not_found", message: "This device sent no such message.")
+            }
+            var json = JSONWriter()
+            json.object { json in
+                json.field("id", record.id)
+                json.field("status", record.status.rawValue)
+                json.field("created_at", Timestamp.iso8601(milliseconds: record.createdAt))
+                json.field("attempts", Int64(record.attempts))
+                json.field("next_attempt_at", record.nextAttemptAt.map(Timestamp.iso8601(milliseconds:)))
+                json.field("delivered_at", record.deliveredAt.map(Timestamp.iso8601(milliseconds:)))
+                json.field("last_error", record.lastError)
+            }
+            var response = HTTPResponse.json(200, json.bytes)
+            response.messageID = record.id
+            return response
+        }
+    }
+
+    // MARK: Answers
+
+    /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the mail APIs require).
+    static func validIdempotencyKey(_ key: String) -> Bool {
+        (1...256).contains(key.utf8.count) && key.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
+    /// Runs `body`; a storage failure is `503` (nothing was accepted), never a `2xx`.
+    private func answering(_ body: () throws -> HTTPResponse) -> HTTPResponse {
+        do {
+            return try body()
+        } catch {
+            return Self.unavailable(error)
+        }
+    }
+
+    /// The answer for `result`: `answer`'s for a success, `503` for a storage failure.
+    private static func answering<T>(_ result: Result<T, any Error>, _ answer: (T) -> HTTPResponse) -> HTTPResponse {
+        switch result {
+        case .success(let value): return answer(value)
+        case .failure(let error): return unavailable(error)
+        }
+    }
+
+    private static func unavailable(_ error: any Error) -> HTTPResponse {
+        let diskFull = (error as? RelayService.StorageFailure)?.diskFull
+            ?? (error as? DatabaseError)?.isDiskFull ?? false
+        var response = HTTPResponse.error(503, code: "storage_unavailable",
+                                          message: diskFull ? "The relay's disk is full; nothing was stored."
+                                              : "The relay could not store this; nothing was stored.")
+        response.headers.add(name: "Retry-After", value: "30")
+        return response
+    }
+
+    private static func unauthorized(_ code: String, _ message: String) -> HTTPResponse {
+        var response = HTTPResponse.error(401, code: code, message: message)
+        response.headers.add(name: "WWW-Authenticate", value: "Bearer")
+        return response
+    }
+
+    private static func limited(_ states: [LimitState], code: String, message: String) -> HTTPResponse {
+        var response = HTTPResponse.error(429, code: code, message: message)
+        let wait = states.filter(\.refused).map(\.resetSeconds).max() ?? 1
+        response.headers.add(name: "Retry-After", value: String(wait))
+        RateLimitFields.add(states, to: &response)
+        return response
+    }
+}

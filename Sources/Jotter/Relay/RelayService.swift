@@ -1,0 +1,328 @@
+import Dispatch
+import Foundation
+
+/// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
+/// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
+///
+/// It holds the keys; the store sees only keyed hashes and sealed blobs. It logs no content: never an
+/// address, a code, a secret, a subject or a body.
+public final class RelayService: Sendable {
+    /// What a registration led to.
+    public enum Registration: Sendable, Equatable {
+        /// A new device and its secret (shown this once).
+        case registered(deviceID: String, secret: String)
+        /// Registration needs an invite and none (or no valid one) was given.
+        case inviteInvalid
+        /// Too many registrations from this address.
+        case limited([LimitState])
+    }
+
+    /// What a code request led to.
+    public enum CodeRequest: Sendable, Equatable {
+        /// A code is on its way (durably in the outbox); `limits`: the per-IP layers after spending.
+        case sent(limits: [LimitState])
+        /// Not now (cooldown, a cap, a per-IP limit).
+        case limited(reason: String, retryAfterSeconds: Int64, limits: [LimitState])
+    }
+
+    /// A destination as a device sees it.
+    public struct Destination: Sendable, Equatable {
+        /// The address.
+        public var address: String
+        /// When a code for it was first asked for, epoch ms.
+        public var createdAt: Int64
+        /// When it was verified, epoch ms.
+        public var verifiedAt: Int64?
+    }
+
+    /// What sending a message led to.
+    public enum Sending: Sendable, Equatable {
+        /// Durably in the outbox under `id` (`limits`: the layers after spending).
+        case accepted(id: String, limits: [LimitState])
+        /// The same `Idempotency-Key` and payload were accepted before, as `id`.
+        case replayed(id: String)
+        /// The key was used with another payload.
+        case conflict
+        /// The key is held by a request still in progress.
+        case inFlight
+        /// `to` is not verified for this device.
+        case unverified
+        /// A limit refused; nothing was spent.
+        case limited([LimitState])
+    }
+
+    /// Storing failed (a full disk, an I/O error): nothing was accepted.
+    public struct StorageFailure: Error, Sendable {
+        /// Whether the disk is full.
+        public var diskFull: Bool
+    }
+
+    private let store: any RelayStore
+    private let outbox: Outbox
+    private let keys: RelayKeys
+    private let configuration: RelayConfiguration
+    private let clock: any WallClock
+    private let logger: Logger
+    /// Where requests are worked on: the store blocks, so never on an HTTP thread (nor on the outbox's
+    /// writer queue, whose answers hop back here).
+    let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
+
+    /// A service over `store`, accepting into `outbox` (whose data directory's keys it derives its own from).
+    public init(store: any RelayStore, outbox: Outbox, configuration: RelayConfiguration,
+                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "relay")) throws {
+        self.store = store
+        self.outbox = outbox
+        self.keys = try RelayKeys(outbox: outbox)
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    // MARK: Devices
+
+    /// A new invite (works once, for `inviteLifetimeMilliseconds`).
+    public func issueInvite() throws -> (invite: String, expiresAt: Int64) {
+        let invite = try RelayKeys.newSecret(prefix: "jri_")
+        let now = clock.nowMilliseconds()
+        let expiresAt = now + configuration.inviteLifetimeMilliseconds
+        try store.createInvite(hash: keys.secretHash(invite, kind: "invite"), now: now, expiresAt: expiresAt)
+        return (invite, expiresAt)
+    }
+
+    /// Registers a device for `client` (an IP address), with `invite` when registration needs one.
+    public func register(invite: String?, client: String) throws -> Registration {
+        let now = clock.nowMilliseconds()
+        let inviteHash: [UInt8]?
+        switch configuration.registration {
+        case .open:
+            inviteHash = nil
+        case .invite:
+            guard let invite, (1...128).contains(invite.utf8.count) else { return .inviteInvalid }
+            inviteHash = keys.secretHash(invite, kind: "invite")
+        }
+        let charges = configuration.limits.registrationsPerIPHour.map {
+            [LimitCharge(policy: "ip-registrations-hour", partition: ipPartition(client), quota: $0,
+                         windowSeconds: 3600)]
+        } ?? []
+        if !charges.isEmpty, case .refused(let states) = try store.spend(charges, now: now) {
+            return .limited(states)
+        }
+        let id = UUID().uuidString.lowercased()
+        let secret = try RelayKeys.newSecret(prefix: "jrs_")
+        guard try store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
+                                             inviteHash: inviteHash, now: now) else { return .inviteInvalid }
+        logger.info("device registered", metadata: ["device.id": id])
+        return .registered(deviceID: id, secret: secret)
+    }
+
+    /// The device a bearer secret belongs to, if any.
+    public func authenticate(secret: String) throws -> String? {
+        guard secret.hasPrefix("jrs_"), secret.utf8.count <= 128 else { return nil }
+        return try store.device(secretHash: keys.secretHash(secret, kind: "device"))
+    }
+
+    // MARK: Destinations
+
+    /// Asks for a code for `address` (already validated) in `language`, mailed from the fixed template;
+    /// `completion` runs once the mail is durably in the outbox (or with why not). Known and unknown
+    /// addresses take exactly the same path.
+    public func requestCode(deviceID: String, address: DestinationAddress, language: String?, client: String,
+                            completion: @escaping @Sendable (Result<CodeRequest, any Error>) -> Void) {
+        let issued: (code: String, limits: [LimitState])
+        do {
+            let now = clock.nowMilliseconds()
+            let code = try VerificationCode.generate()
+            let addressKey = self.addressKey(address)
+            let charges = configuration.limits.codeRequestsPerIPHour.map {
+                [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
+            } ?? []
+            let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
+                                  sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
+                                  codeHash: codeHash(code, deviceID: deviceID, addressKey: addressKey), now: now,
+                                  policy: configuration.codes, charges: charges)
+            switch try store.issueCode(issue) {
+            case .limited(let reason, let seconds, let limits):
+                logger.info("code request refused", metadata: ["device.id": deviceID, "reason": reason])
+                return completion(.success(.limited(reason: reason, retryAfterSeconds: seconds, limits: limits)))
+            case .issued(let limits):
+                issued = (code, limits)
+            }
+        } catch {
+            return completion(.failure(error))
+        }
+        let mail = VerificationMail.render(code: issued.code, language: VerificationMail.language(for: language))
+        let logger = logger
+        enqueue(MemoDraft(subject: mail.subject, body: mail.body, recipient: address.address)) { result in
+            completion(result.map { id in
+                logger.info("code mailed", metadata: ["device.id": deviceID, "message.id": id])
+                return .sent(limits: issued.limits)
+            })
+        }
+    }
+
+    /// Checks `code` for `address`.
+    public func confirm(deviceID: String, address: DestinationAddress, code: String) throws -> ConfirmOutcome {
+        let addressKey = self.addressKey(address)
+        let outcome = try store.confirmCode(
+            deviceID: deviceID, addressKey: addressKey,
+            presentedHash: codeHash(code, deviceID: deviceID, addressKey: addressKey),
+            now: clock.nowMilliseconds(), maximumAttempts: configuration.codes.maximumAttempts)
+        if outcome == .verified { logger.info("destination verified", metadata: ["device.id": deviceID]) }
+        return outcome
+    }
+
+    /// The device's destinations, oldest first.
+    public func destinations(deviceID: String) throws -> [Destination] {
+        try store.destinations(deviceID: deviceID).compactMap { stored in
+            keys.open(address: stored.sealedAddress, deviceID: deviceID).map {
+                Destination(address: $0, createdAt: stored.createdAt, verifiedAt: stored.verifiedAt)
+            }
+        }
+    }
+
+    // MARK: Messages
+
+    /// Accepts a message for `to` (validated) once the device has verified it, within the limits,
+    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do. `completion`
+    /// runs once the message is on disk (or with why not), on the relay's queue.
+    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, idempotencyKey: String?,
+                     client: String, completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
+        let now = clock.nowMilliseconds()
+        let idempotency = idempotencyKey.map {
+            idempotencyHashes(deviceID: deviceID, key: $0, to: to, subject: subject, body: body)
+        }
+        let admission = MessageAdmission(
+            deviceID: deviceID, addressKey: addressKey(to), idempotency: idempotency,
+            charges: messageCharges(deviceID: deviceID, client: client), now: now,
+            leaseUntil: now + configuration.idempotencyLeaseMilliseconds,
+            expiresAt: now + configuration.idempotencyRetentionMilliseconds)
+        let reservedAt: Int64?, limits: [LimitState]
+        do {
+            switch try store.admitMessage(admission) {
+            case .replayed(let id): return completion(.success(.replayed(id: id)))
+            case .conflict: return completion(.success(.conflict))
+            case .inFlight: return completion(.success(.inFlight))
+            case .unverified: return completion(.success(.unverified))
+            case .limited(let states):
+                logger.info("message refused by a limit", metadata: [
+                    "device.id": deviceID,
+                    "limits": states.filter(\.refused).map(\.charge.policy).joined(separator: ","),
+                ])
+                return completion(.success(.limited(states)))
+            case .admitted(let at, let states):
+                reservedAt = at
+                limits = states
+            }
+        } catch {
+            return completion(.failure(error))
+        }
+        // The outbox's own key for this reservation: a message stored before a crash is found again
+        // when the reservation is taken over, instead of being stored (and sent) twice.
+        let outboxKey = idempotency.flatMap { hashes in reservedAt.map { Self.outboxKey(hashes, reservedAt: $0) } }
+        let draft = MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey, recipient: to.address)
+        enqueue(draft) { [store, clock, logger] result in
+            switch result {
+            case .success(let id):
+                do {
+                    try store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
+                                              now: clock.nowMilliseconds())
+                } catch {
+                    // The message is durable: it is accepted. Its key stays reserved until the lease
+                    // runs out; a retry then takes it over and the outbox answers with this message.
+                    logger.error("recording an accepted message failed", metadata: [
+                        "message.id": id, "error.kind": DeliveryWorker.kind(of: error),
+                    ])
+                }
+                logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
+                completion(.success(.accepted(id: id, limits: limits)))
+            case .failure(let error):
+                if let idempotency { try? store.abandonMessage(keyHash: idempotency.keyHash) }
+                completion(.failure(error))
+            }
+        }
+    }
+
+    /// Message `id`'s delivery record, if this device sent it.
+    public func status(deviceID: String, id: String) throws -> MessageRecord? {
+        guard try store.messageOwner(id: id) == deviceID else { return nil }
+        return try outbox.history.record(id: id)
+    }
+
+    /// The layers a message is checked against, in the order they are shown.
+    func messageCharges(deviceID: String, client: String) -> [LimitCharge] {
+        let limits = configuration.limits
+        let device = Array(deviceID.utf8)
+        var charges: [LimitCharge] = []
+        if let quota = limits.devicePerMinute {
+            charges.append(LimitCharge(policy: "device-minute", partition: device, quota: quota, windowSeconds: 60))
+        }
+        if let quota = limits.devicePerDay {
+            charges.append(LimitCharge(policy: "device-day", partition: device, quota: quota, windowSeconds: 86_400))
+        }
+        if let quota = limits.ipPerHour {
+            charges.append(LimitCharge(policy: "ip-hour", partition: ipPartition(client), quota: quota,
+                                       windowSeconds: 3600))
+        }
+        if let quota = limits.globalPerDay {
+            charges.append(LimitCharge(policy: "relay-day", partition: [], quota: quota, windowSeconds: 86_400,
+                                       advertised: false))
+        }
+        return charges
+    }
+
+    // MARK: Housekeeping
+
+    /// Frees keys held by a process that is gone (at start).
+    public func recoverInterrupted() throws {
+        try store.recoverInterrupted()
+    }
+
+    /// Forgets what no rule needs any more.
+    public func purge() throws {
+        try store.purge(now: clock.nowMilliseconds())
+    }
+
+    // MARK: Helpers
+
+    /// Stores `draft` in the outbox; `completion` runs on the relay's queue (the outbox answers on
+    /// its writer queue, where the store cannot be called) with the message id once it is on disk.
+    private func enqueue(_ draft: MemoDraft, completion: @escaping @Sendable (Result<String, any Error>) -> Void) {
+        outbox.enqueue(draft) { [queue] result in
+            queue.async {
+                switch result {
+                case .success(let outcome): completion(.success(outcome.id))
+                case .failure(.storage(_, let diskFull)): completion(.failure(StorageFailure(diskFull: diskFull)))
+                // The relay's outbox keys never repeat with another payload: a conflict here is a fault.
+                case .failure(.idempotencyConflict): completion(.failure(StorageFailure(diskFull: false)))
+                }
+            }
+        }
+    }
+
+    /// The keyed hashes of an `Idempotency-Key` (bound to the device) and of the payload sent with it.
+    func idempotencyHashes(deviceID: String, key: String, to: DestinationAddress, subject: String?,
+                           body: String) -> IdempotencyHashes {
+        IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
+                          payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]))
+    }
+
+    /// The outbox's `Idempotency-Key` for a reservation made at `reservedAt`.
+    static func outboxKey(_ hashes: IdempotencyHashes, reservedAt: Int64) -> String {
+        "relay/" + RelayKeys.hex(hashes.keyHash) + "/" + String(reservedAt)
+    }
+
+    /// The keyed hash that identifies an address (normalised) for verification and caps.
+    func addressKey(_ address: DestinationAddress) -> [UInt8] {
+        keys.hash("address", [address.normalized])
+    }
+
+    private func codeHash(_ code: String, deviceID: String, addressKey: [UInt8]) -> [UInt8] {
+        keys.hash("code", [deviceID, RelayKeys.hex(addressKey), code])
+    }
+
+    /// A keyed hash of the client as the connection limits count clients (this machine is one, an
+    /// IPv6 address counts by its /64): limits need to tell clients apart, not know them.
+    private func ipPartition(_ client: String) -> [UInt8] {
+        keys.hash("ip", [ConnectionRegistry.client(address: client)])
+    }
+}

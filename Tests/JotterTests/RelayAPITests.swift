@@ -1,0 +1,288 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// `jotter relay`'s API at the router (no socket), with its mail read back from its Maildir by
+/// Python's `email` package: registration, bearer secrets, destinations, messages and their status.
+@Suite struct RelayAPITests {
+    @Test func registerVerifySendAndTheMessageArrivesOnce() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        #expect(device.secret.hasPrefix("jrs_") && device.secret.utf8.count == 47)
+        try relay.verify(device.secret, "Me@Example.COM")
+
+        let listed = try relay.json("GET", "/v1/destinations", secret: device.secret)
+        #expect(listed.status == 200)
+        let destinations = try #require((listed.json as? [String: Any])?["destinations"] as? [[String: Any]])
+        #expect(destinations.count == 1)
+        #expect(destinations.first?["address"] as? String == "Me@example.com", "as given, domain lowercased")
+        #expect(destinations.first?["state"] as? String == "verified")
+
+        let sent = try relay.send(device.secret, to: "me@example.com", subject: "Grocery list", body: "buy milk\n",
+                                  key: "memo-1")
+        #expect(sent.status == 202, "\(sent.text)")
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+        #expect(sent.header("RateLimit-Policy") == "\"device-minute\";q=30;w=60, \"device-day\";q=200;w=86400, "
+            + "\"ip-hour\";q=120;w=3600")
+        #expect(sent.header("Cache-Control") == "no-store")
+
+        #expect(TestServer.waitUntil(timeout: 20) {
+            let status = try? relay.json("GET", "/v1/messages/\(id)", secret: device.secret)
+            return (status?.json as? [String: Any])?["status"] as? String == "sent"
+        })
+        let delivered = try relay.mails(to: "me@example.com")
+            .filter { $0.message["subject"] as? String == "Grocery list" }
+        #expect(delivered.count == 1)
+        #expect(RelayServer.sameBody(delivered.first?.message["body"], "buy milk\n"))
+        #expect(delivered.first?.message["message_id"] as? String == "<\(id)@localhost>")
+        // A replay after delivery answers the same id and sends nothing more.
+        let replay = try relay.send(device.secret, to: "me@example.com", subject: "Grocery list", body: "buy milk\n",
+                                    key: "memo-1")
+        #expect(replay.status == 202 && replay.header("Idempotent-Replayed") == "true")
+        #expect((replay.json as? [String: Any])?["id"] as? String == id)
+        #expect(try relay.mails(to: "me@example.com").filter { $0.message["subject"] as? String == "Grocery list" }
+            .count == 1)
+    }
+
+    @Test func theCodeMailSaysNothingTheRequesterTypedButTheAddress() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.limits.codeRequestsPerIPHour = nil }
+        defer { relay.stop() }
+        let device = try relay.register()
+        for (index, language) in VerificationMail.languages.enumerated() {
+            let address = "lang\(index)@example.com"
+            #expect(try relay.requestCode(device.secret, address, language: language).status == 202)
+            let code = try relay.newCode(to: address, known: [])
+            let mail = try #require(try relay.mails(to: address).first?.message)
+            let expected = VerificationMail.render(code: code, language: language)
+            #expect(mail["subject"] as? String == expected.subject, "\(language)")
+            #expect(RelayServer.sameBody(mail["body"], expected.body), "\(language)")
+            #expect(mail["to"] as? String == "<\(address)>" || mail["to"] as? String == address)
+            #expect(!(mail["body"] as? String ?? "").contains(device.id))
+        }
+        // An unknown language (or an attempt to smuggle text in as one) gets the English template.
+        #expect(try relay.requestCode(device.secret, "other@example.com", language: "Click http://evil").status == 202)
+        let code = try relay.newCode(to: "other@example.com", known: [])
+        let mail = try #require(try relay.mails(to: "other@example.com").first?.message)
+        #expect(RelayServer.sameBody(mail["body"], VerificationMail.render(code: code, language: "en").body))
+    }
+
+    @Test func languageTagsFindTheirTemplate() {
+        #expect(VerificationMail.language(for: "pt-BR") == "pt")
+        #expect(VerificationMail.language(for: "zh-TW") == "zh-Hant")
+        #expect(VerificationMail.language(for: "zh-hant-HK") == "zh-Hant")
+        #expect(VerificationMail.language(for: "zh-CN") == "zh-Hans")
+        #expect(VerificationMail.language(for: "ZH-HANS") == "zh-Hans")
+        #expect(VerificationMail.language(for: "ar-EG") == "ar")
+        #expect(VerificationMail.language(for: "nl") == "en")
+        #expect(VerificationMail.language(for: nil) == "en")
+        #expect(VerificationMail.languages.count == 12)
+    }
+
+    @Test func everyCallButRegistrationNeedsTheDevicesSecret() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        let calls: [(String, String, [String: Any]?)] = [
+            ("POST", "/v1/destinations", ["address": "a@example.com"]),
+            ("POST", "/v1/destinations/confirm", ["address": "a@example.com", "code": "123456"]),
+            ("GET", "/v1/destinations", nil),
+            ("POST", "/v1/messages", ["to": "a@example.com", "body": "x"]),
+            ("GET", "/v1/messages/0c2f4a4e-0000-4000-8000-000000000000", nil),
+        ]
+        for (method, path, body) in calls {
+            let missing = try relay.json(method, path, body)
+            #expect(missing.status == 401 && missing.errorCode == "missing_credentials", "\(method) \(path)")
+            #expect(missing.header("WWW-Authenticate") == "Bearer")
+            let forged = "jrs_" + String(device.secret.dropFirst(4).reversed())
+            let wrong = try relay.json(method, path, secret: forged, body)
+            #expect(wrong.status == 401 && wrong.errorCode == "invalid_credentials", "\(method) \(path)")
+            let basic = try relay.json(method, path, body, headers: [("Authorization", "Basic \(device.secret)")])
+            #expect(basic.status == 401, "\(method) \(path)")
+        }
+        let twice = try relay.json("GET", "/v1/destinations", headers: [
+            ("Authorization", "Bearer \(device.secret)"), ("Authorization", "Bearer \(device.secret)"),
+        ])
+        #expect(twice.status == 401)
+        #expect(try relay.json("GET", "/v1/destinations", secret: device.secret).status == 200)
+        #expect(try relay.json("GET", "/v1/destinations", headers: [("Authorization", "bearer \(device.secret)")])
+            .status == 200, "the scheme is case-insensitive")
+    }
+
+    @Test func secretsAreStoredOnlyAsKeyedHashes() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let device = try relay.register()
+        try relay.verify(device.secret, "stored@example.com")
+        relay.stop()
+        for file in ["jotter.db", "jotter.db-wal"] {
+            let bytes = (try? Data(contentsOf: URL(fileURLWithPath: directory.file("relay/\(file)")))) ?? Data()
+            #expect(bytes.range(of: Data(device.secret.utf8)) == nil, "\(file) holds the secret")
+            #expect(bytes.range(of: Data(device.secret.dropFirst(4).utf8)) == nil, "\(file) holds the secret")
+            #expect(bytes.range(of: Data("stored@example.com".utf8)) == nil, "\(file) holds the address")
+        }
+    }
+
+    @Test func inviteModeRegistersOnlyWithAnUnusedInvite() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), clock: clock) { $0.registration = .invite }
+        defer { relay.stop() }
+        let none = try relay.json("POST", "/v1/devices")
+        #expect(none.status == 403 && none.errorCode == "invite_required")
+        let made = try relay.application.service.issueInvite()
+        #expect(made.invite.hasPrefix("jri_"))
+        let forged = "jri_" + String(made.invite.dropFirst(4).reversed())
+        let guessed = try relay.json("POST", "/v1/devices", ["invite": forged])
+        #expect(guessed.status == 403 && guessed.errorCode == "invite_invalid")
+        let first = try relay.json("POST", "/v1/devices", ["invite": made.invite])
+        #expect(first.status == 201)
+        let again = try relay.json("POST", "/v1/devices", ["invite": made.invite])
+        #expect(again.status == 403 && again.errorCode == "invite_invalid", "an invite works once")
+        let late = try relay.application.service.issueInvite()
+        clock.advance(milliseconds: 7 * 86_400_000)
+        #expect(try relay.json("POST", "/v1/devices", ["invite": late.invite]).errorCode == "invite_invalid",
+                "an invite works for 7 days")
+    }
+
+    @Test func messagesGoOnlyToAddressesThisDeviceVerified() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let alice = try relay.register(), mallory = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        let stranger = try relay.send(alice.secret, to: "stranger@example.com")
+        #expect(stranger.status == 403 && stranger.errorCode == "destination_unverified")
+        let others = try relay.send(mallory.secret, to: "alice@example.com")
+        #expect(others.status == 403 && others.errorCode == "destination_unverified",
+                "another device's verified address is not this device's")
+        // A code asked for but not confirmed does not verify.
+        #expect(try relay.requestCode(mallory.secret, "carol@example.com").status == 202)
+        #expect(try relay.send(mallory.secret, to: "carol@example.com").status == 403)
+        #expect(try relay.send(alice.secret, to: "ALICE@example.com").status == 202, "addresses compare without case")
+        // Refusals spent nothing: Mallory's minute still has all 30.
+        try relay.verify(mallory.secret, "mallory@example.com")
+        let first = try relay.send(mallory.secret, to: "mallory@example.com")
+        #expect(first.header("RateLimit")?.hasPrefix("\"device-minute\";r=29;") == true,
+                "\(first.header("RateLimit") ?? "-")")
+    }
+
+    @Test func aMessagesStatusIsItsDevicesAlone() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let alice = try relay.register(), bob = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        let id = try #require((try relay.send(alice.secret, to: "alice@example.com").json as? [String: Any])?["id"]
+            as? String)
+        let mine = try relay.json("GET", "/v1/messages/\(id)", secret: alice.secret)
+        #expect(mine.status == 200)
+        let object = try #require(mine.json as? [String: Any])
+        #expect(Set(object.keys) == ["id", "status", "created_at", "attempts", "next_attempt_at", "delivered_at",
+                                     "last_error"])
+        #expect(try relay.json("GET", "/v1/messages/\(id)", secret: bob.secret).status == 404)
+        #expect(try relay.json("GET", "/v1/messages/\(id.uppercased())", secret: alice.secret).status == 200)
+        #expect(try relay.json("GET", "/v1/messages/nope", secret: alice.secret).status == 404)
+        // A code mail is the relay's, not a device's message.
+        let codeMail = try #require(try relay.outbox.history.latest(limit: 10).first { $0.id != id })
+        #expect(try relay.json("GET", "/v1/messages/\(codeMail.id)", secret: alice.secret).status == 404)
+    }
+
+    @Test func badBodiesGetClearErrors() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        func post(_ path: String, _ body: String, type: String = "application/json",
+                  headers: [(String, String)] = []) throws -> RawHTTP.Response {
+            try relay.route("POST", path,
+                            headers: [("Authorization", "Bearer \(device.secret)"), ("Content-Type", type)] + headers,
+                            body: Array(body.utf8))
+        }
+        let cases: [(String, String, String, Int, String)] = [
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\"}", "text/plain", 415, "unsupported_media_type"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",", "application/json", 400, "invalid_json"),
+            ("/v1/messages", "[1]", "application/json", 400, "invalid_json"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\",\"body\":\"y\"}", "application/json", 400,
+             "repeated_field"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\",\"cc\":\"a@b.c\"}", "application/json", 400,
+             "unknown_field"),
+            ("/v1/messages", "{\"to\":\"me@example.com\"}", "application/json", 400, "missing_field"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"\"}", "application/json", 400, "empty"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":5}", "application/json", 400, "invalid_field"),
+            ("/v1/messages", "{\"to\":\"me@example.com\\r\\nBcc: x@y.z\",\"body\":\"x\"}", "application/json", 400,
+             "invalid_address"),
+            ("/v1/messages", "{\"to\":\"Me <me@example.com>\",\"body\":\"x\"}", "application/json", 400,
+             "invalid_address"),
+            ("/v1/destinations", "{\"address\":\"no-at-sign\"}", "application/json", 400, "invalid_address"),
+            ("/v1/destinations", "{\"address\":\"me@localhost\"}", "application/json", 400, "invalid_address"),
+            ("/v1/destinations/confirm", "{\"address\":\"me@example.com\",\"code\":\"12345\"}", "application/json",
+             400, "malformed_code"),
+            ("/v1/destinations/confirm", "{\"address\":\"me@example.com\",\"code\":\"12345a\"}", "application/json",
+             400, "malformed_code"),
+        ]
+        for (path, body, type, status, code) in cases {
+            let response = try post(path, body, type: type)
+            #expect(response.status == status && response.errorCode == code, "\(body): \(response.text)")
+            #expect(!response.text.contains("me@"), "an error never echoes the request")
+        }
+        for key in ["", String(repeating: "k", count: 257), "with space"] {
+            let response = try post("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\"}",
+                                    headers: [("Idempotency-Key", key)])
+            #expect(response.status == 400 && response.errorCode == "invalid_idempotency_key")
+        }
+        let twoKeys = try post("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"x\"}",
+                               headers: [("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+        #expect(twoKeys.errorCode == "invalid_idempotency_key")
+        #expect(try relay.json("DELETE", "/v1/messages", secret: device.secret).status == 405)
+        #expect(try relay.json("GET", "/v2/messages", secret: device.secret).status == 404)
+    }
+
+    @Test func everyOperationInOpenAPIRelayIsARoute() throws {
+        let operations = try Python.run("""
+            import sys, yaml
+            spec = yaml.safe_load(open(sys.argv[1]))
+            for path, item in spec['paths'].items():
+                for method in item:
+                    print(method.upper(), path)
+            """, arguments: [Repository.root + "/openapi-relay.yaml"])
+            .split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        #expect(operations.count == 6)
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        for operation in operations {
+            let path = operation[1].replacingOccurrences(of: "{id}", with: UUID().uuidString.lowercased())
+            let response = try relay.route(operation[0], path)
+            #expect(response.status != 404 && response.status != 405, "\(operation) is not a route")
+        }
+    }
+
+    @Test func pathsAreNormalisedOnceBeforeRouting() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        #expect(try relay.json("GET", "//v1/./destinations/", secret: device.secret).status == 200)
+        let dotted = try relay.json("GET", "/v1/../v1/destinations", secret: device.secret)
+        #expect(dotted.status == 400 && dotted.errorCode == "bad_path")
+        #expect(dotted.header("Cache-Control") == "no-store")
+        #expect(try relay.json("GET", "/v1/messages/a%2Fb", secret: device.secret).errorCode == "bad_path")
+    }
+
+    @Test func aWebPageCannotUseTheRelay() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let fromPage = try relay.json("POST", "/v1/devices", headers: [("Origin", "https://evil.example")])
+        #expect(fromPage.status == 403 && fromPage.errorCode == "browser_request")
+        #expect(fromPage.header("Access-Control-Allow-Origin") == nil)
+        let fetched = try relay.json("POST", "/v1/devices", headers: [("Sec-Fetch-Site", "cross-site")])
+        #expect(fetched.status == 403)
+        #expect(try relay.json("POST", "/v1/devices", headers: [("Sec-Fetch-Site", "none")]).status == 201)
+    }
+}

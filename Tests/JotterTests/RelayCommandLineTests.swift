@@ -1,0 +1,143 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// `jotter relay` and `jotter relay invite` as command lines: flags, `JOTTER_RELAY_*` variables, and
+/// clear refusals (a PostgreSQL store is not built yet, and its URL is never repeated).
+@Suite struct RelayCommandLineTests {
+    static func parse(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws
+        -> CommandLineOptions.Command {
+        try CommandLineOptions.parse(arguments, environment: environment,
+                                     sourceRoot: "/src/Sources/JotterCLI/main.swift")
+    }
+
+    static func configuration(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws
+        -> RelayConfiguration {
+        guard case .relay(let configuration) = try parse(["relay"] + arguments, environment: environment) else {
+            throw CommandLineOptions.UsageError(description: "not a relay command")
+        }
+        return configuration
+    }
+
+    @Test func defaults() throws {
+        let configuration = try Self.configuration([])
+        #expect(configuration.dataDirectory == "/home/me/.local/share/jotter-relay")
+        #expect(configuration.http.host == "127.0.0.1" && configuration.http.port == 7374)
+        #expect(configuration.mail == nil && configuration.store == .sqlite && configuration.registration == .open)
+        #expect(configuration.limits == RelayLimits())
+        #expect(configuration.limits.devicePerMinute == 30 && configuration.limits.devicePerDay == 200)
+        #expect(configuration.limits.ipPerHour == 120 && configuration.limits.globalPerDay == nil)
+        #expect(configuration.idempotencyRetentionMilliseconds == 24 * 3_600_000)
+        #expect(try Self.configuration([], environment: ["XDG_DATA_HOME": "/xdg"]).dataDirectory == "/xdg/jotter-relay")
+    }
+
+    @Test func flagsAndTheEnvironment() throws {
+        let flags = try Self.configuration([
+            "--host", "0.0.0.0", "--port=8080", "--data-dir", "/srv/relay", "--mail", "smtps://u:p@mail.example:465",
+            "--registration", "invite", "--limit-device-minute", "10", "--limit-device-day", "off",
+            "--limit-ip-hour", "50", "--limit-global-day", "1000", "--limit-ip-codes-hour", "off",
+            "--limit-ip-registrations-hour", "3", "--idempotency-hours", "48", "--slots", "8", "--log-level", "debug",
+            "--store", "sqlite",
+        ])
+        #expect(flags.http.host == "0.0.0.0" && flags.http.port == 8080 && flags.dataDirectory == "/srv/relay")
+        #expect(flags.mail == "smtps://u:p@mail.example:465" && flags.registration == .invite)
+        #expect(flags.limits.devicePerMinute == 10 && flags.limits.devicePerDay == nil && flags.limits.ipPerHour == 50)
+        #expect(flags.limits.globalPerDay == 1000 && flags.limits.codeRequestsPerIPHour == nil)
+        #expect(flags.limits.registrationsPerIPHour == 3)
+        #expect(flags.idempotencyRetentionMilliseconds == 48 * 3_600_000 && flags.delivery.slots == 8)
+        #expect(flags.logLevel == .debug)
+
+        let environment = [
+            "HOME": "/home/me", "JOTTER_RELAY_HOST": "::1", "JOTTER_RELAY_PORT": "9000",
+            "JOTTER_RELAY_DATA_DIR": "/var/lib/relay", "JOTTER_RELAY_MAIL": "resend://re_x",
+            "JOTTER_RELAY_REGISTRATION": "invite", "JOTTER_RELAY_LIMIT_GLOBAL_DAY": "500",
+            "JOTTER_RELAY_LIMIT_DEVICE_MINUTE": "off", "JOTTER_RELAY_IDEMPOTENCY_HOURS": "2",
+        ]
+        let fromEnvironment = try Self.configuration([], environment: environment)
+        #expect(fromEnvironment.http.host == "::1" && fromEnvironment.http.port == 9000)
+        #expect(fromEnvironment.dataDirectory == "/var/lib/relay" && fromEnvironment.mail == "resend://re_x")
+        #expect(fromEnvironment.registration == .invite && fromEnvironment.limits.globalPerDay == 500)
+        #expect(fromEnvironment.limits.devicePerMinute == nil)
+        #expect(fromEnvironment.idempotencyRetentionMilliseconds == 2 * 3_600_000)
+        #expect(try Self.configuration(["--port", "1"], environment: environment).http.port == 1, "flags win")
+    }
+
+    @Test func aPostgreSQLStoreIsRefusedPlainlyWithoutRepeatingItsURL() throws {
+        for url in ["postgres://relay:s3cret@db.example/relay", "postgresql://relay:s3cret@db/relay"] {
+            do {
+                _ = try Self.configuration(["--store", url])
+                Issue.record("accepted \(url)")
+            } catch let error as CommandLineOptions.UsageError {
+                #expect(error.description.contains("not built yet"))
+                #expect(!error.description.contains("s3cret") && !error.description.contains("db"))
+            }
+            #expect(throws: CommandLineOptions.UsageError.self) {
+                try Self.configuration([], environment: ["JOTTER_RELAY_STORE": url])
+            }
+        }
+        #expect(throws: CommandLineOptions.UsageError.self) { try Self.configuration(["--store", "mysql://x"]) }
+        #expect(try Self.configuration(["--store", "sqlite:"]).store == .sqlite)
+    }
+
+    @Test func badValuesAreRefused() {
+        let bad: [[String]] = [
+            ["--registration", "closed"], ["--limit-device-minute", "0"], ["--limit-ip-hour", "-1"],
+            ["--limit-global-day", "lots"], ["--idempotency-hours", "0"], ["--idempotency-hours", "721"],
+            ["--port", "70000"], ["--slots", "0"], ["--bogus", "1"], ["--host"], ["--lan"],
+            ["--mail", "maildir:/x", "--mail-file", "/nonexistent"],
+        ]
+        for arguments in bad {
+            #expect(throws: CommandLineOptions.UsageError.self, "\(arguments)") { try Self.configuration(arguments) }
+        }
+    }
+
+    @Test func theMailURLCanComeFromAFile() throws {
+        let directory = TemporaryDirectory()
+        try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,
+                                                                     encoding: .utf8)
+        #expect(try Self.configuration(["--mail-file", directory.file("mail")]).mail
+            == "resend://re_secret?from=relay@example.com")
+    }
+
+    @Test func helpAndInvite() throws {
+        guard case .help(let text) = try Self.parse(["relay", "--help"]) else {
+            Issue.record("no help")
+            return
+        }
+        #expect(text.contains("jotter relay invite") && text.contains("JOTTER_RELAY_MAIL"))
+        #expect(CommandLineOptions.help.contains("jotter relay"))
+        guard case .relayInvite(let directory) = try Self.parse(["relay", "invite", "--data-dir", "/srv/r"]) else {
+            Issue.record("not an invite")
+            return
+        }
+        #expect(directory == "/srv/r")
+        guard case .relayInvite(let fromEnvironment) = try Self.parse(
+            ["relay", "invite"], environment: ["JOTTER_RELAY_DATA_DIR": "/env/r"]) else { return }
+        #expect(fromEnvironment == "/env/r")
+        #expect(throws: CommandLineOptions.UsageError.self) { try Self.parse(["relay", "invite", "extra"]) }
+    }
+
+    @Test func anInviteFromTheCommandWorksOnceWithTheRelay() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("relay")
+        #expect(throws: CommandLineOptions.UsageError.self, "no relay there yet") {
+            try RelayInviteCommand.run(dataDirectory: data)
+        }
+        let relay = try RelayServer(dataDirectory: data) { $0.registration = .invite }
+        defer { relay.stop() }
+        // While the relay runs: SQLite arbitrates.
+        let printed = try RelayInviteCommand.run(dataDirectory: data)
+        let invite = try #require(printed.split(separator: "\n").first.map(String.init))
+        #expect(invite.hasPrefix("jri_") && printed.contains("works once"))
+        #expect(try relay.json("POST", "/v1/devices", ["invite": invite]).status == 201)
+        #expect(try relay.json("POST", "/v1/devices", ["invite": invite]).errorCode == "invite_invalid")
+    }
+
+    @Test func resendURLsGetAPlaceholderRecipientOnlyWhenTheyHaveNone() throws {
+        #expect(RelayApplication.withRecipientPlaceholder("resend://re_x?from=a@b.c")
+            == "resend://re_x?from=a@b.c&to=recipient@relay.invalid")
+        #expect(RelayApplication.withRecipientPlaceholder("resend://re_x?to=me@b.c") == "resend://re_x?to=me@b.c")
+        #expect(RelayApplication.withRecipientPlaceholder("smtps://u:p%40ss@h:465") == "smtps://u:p%40ss@h:465")
+        #expect(try RelayURL(RelayApplication.withRecipientPlaceholder("resend://re_x")).scheme == "resend")
+    }
+}

@@ -1,0 +1,223 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// `Idempotency-Key` on `POST /v1/messages`, with the mail APIs' semantics: the same key and payload
+/// get the stored answer and store nothing; another payload is `409`; a key still in flight is `409`
+/// retryable; a key held by a process that died is taken over without storing its message twice;
+/// keys are remembered 24 hours (configurable) and are each device's own.
+@Suite struct RelayIdempotencyTests {
+    final class Fixture: @unchecked Sendable {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        private(set) var relay: RelayServer
+        let secret: String
+        let deviceID: String
+        let configure: (inout RelayConfiguration) -> Void
+
+        init(configure: @escaping (inout RelayConfiguration) -> Void = { _ in }) throws {
+            self.configure = configure
+            relay = try RelayServer(dataDirectory: directory.file("relay"), clock: scheduler.clock,
+                                    scheduler: scheduler, configure: configure)
+            (deviceID, secret) = try relay.register()
+            try relay.verify(secret, "me@example.com")
+        }
+
+        var now: Int64 { scheduler.clock.nowMilliseconds() }
+
+        func send(key: String?, subject: String? = "s", body: String = "hello", to: String = "me@example.com",
+                  secret: String? = nil) throws -> RawHTTP.Response {
+            try relay.send(secret ?? self.secret, to: to, subject: subject, body: body, key: key)
+        }
+
+        func id(_ response: RawHTTP.Response) -> String? {
+            (response.json as? [String: Any])?["id"] as? String
+        }
+
+        var accepted: Int64 { (try? relay.outbox.history.acceptedCount()) ?? -1 }
+
+        /// What a request that died mid-way leaves: the key reserved (as `send` reserves it), and
+        /// optionally its message already in the outbox.
+        func reserve(key: String, subject: String? = "s", body: String = "hello",
+                     storeMessage: Bool = false) throws -> (reservedAt: Int64, messageID: String?) {
+            let service = relay.application.service
+            let to = try #require(DestinationAddress("me@example.com"))
+            let hashes = service.idempotencyHashes(deviceID: deviceID, key: key, to: to, subject: subject, body: body)
+            let store = try SQLiteRelayStore(database: relay.outbox.database)
+            let outcome = try store.admitMessage(MessageAdmission(
+                deviceID: deviceID, addressKey: service.addressKey(to), idempotency: hashes, charges: [], now: now,
+                leaseUntil: now + 30_000, expiresAt: now + 86_400_000))
+            guard case .admitted(let reservedAt?, _) = outcome else {
+                Issue.record("not admitted: \(outcome)")
+                return (0, nil)
+            }
+            guard storeMessage else { return (reservedAt, nil) }
+            let draft = MemoDraft(subject: subject, body: body,
+                                  idempotencyKey: RelayService.outboxKey(hashes, reservedAt: reservedAt),
+                                  recipient: to.address)
+            let stored = Mutex<String?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            relay.outbox.enqueue(draft) { result in
+                stored.withLock { $0 = try? result.get().id }
+                done.signal()
+            }
+            done.wait()
+            return (reservedAt, stored.withLock { $0 })
+        }
+
+        func restart() throws {
+            relay.stop()
+            relay = try RelayServer(dataDirectory: directory.file("relay"), clock: scheduler.clock,
+                                    scheduler: scheduler, configure: configure)
+        }
+
+        func stop() { relay.stop() }
+    }
+
+    @Test func theSameKeyAndPayloadGetTheStoredAnswerAndSpendNothing() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let first = try fixture.send(key: "memo-1")
+        #expect(first.status == 202 && first.header("Idempotent-Replayed") == nil)
+        let id = try #require(fixture.id(first))
+        let accepted = fixture.accepted
+        for _ in 1...3 {
+            let again = try fixture.send(key: "memo-1")
+            #expect(again.status == 202 && fixture.id(again) == id && again.header("Idempotent-Replayed") == "true")
+        }
+        #expect(fixture.accepted == accepted, "a replay stores nothing")
+        let next = try fixture.send(key: "memo-2")
+        #expect(RelayLimitTests.remaining(next.header("RateLimit"))["device-minute"]?.r == 28,
+                "replays spent no limit")
+    }
+
+    @Test func aReplayIsAnsweredEvenWhenTheLimitIsSpent() throws {
+        let fixture = try Fixture { $0.limits.devicePerMinute = 1 }
+        defer { fixture.stop() }
+        let id = fixture.id(try fixture.send(key: "k1"))
+        let replay = try fixture.send(key: "k1")
+        #expect(replay.status == 202 && fixture.id(replay) == id)
+        #expect(try fixture.send(key: "k2").status == 429)
+    }
+
+    @Test func anotherPayloadUnderTheSameKeyIsAConflict() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        try fixture.relay.verify(fixture.secret, "alt@example.com")
+        let id = fixture.id(try fixture.send(key: "k", subject: "s", body: "hello"))
+        let variants: [(subject: String?, body: String, to: String)] = [
+            ("s", "hello!", "me@example.com"), ("S", "hello", "me@example.com"), (nil, "hello", "me@example.com"),
+            ("", "hello", "me@example.com"), ("s", "hello", "alt@example.com"),
+        ]
+        for variant in variants {
+            let conflict = try fixture.send(key: "k", subject: variant.subject, body: variant.body, to: variant.to)
+            #expect(conflict.status == 409 && conflict.errorCode == "idempotency_conflict", "\(variant)")
+            #expect(conflict.header("Retry-After") == nil, "a conflict is not worth retrying")
+        }
+        #expect(fixture.id(try fixture.send(key: "k", subject: "s", body: "hello")) == id)
+    }
+
+    @Test func keysAreEachDevicesOwnAndMessagesWithoutOneAreEachNew() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let other = try fixture.relay.register()
+        fixture.scheduler.clock.advance(milliseconds: 60_000)  // the address's code cooldown
+        try fixture.relay.verify(other.secret, "me@example.com")
+        let mine = fixture.id(try fixture.send(key: "shared-key"))
+        let theirs = fixture.id(try fixture.send(key: "shared-key", secret: other.secret))
+        #expect(mine != nil && theirs != nil && mine != theirs)
+        let a = fixture.id(try fixture.send(key: nil)), b = fixture.id(try fixture.send(key: nil))
+        #expect(a != nil && b != nil && a != b)
+    }
+
+    @Test func aKeyInFlightIsAConflictWorthRetrying() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        _ = try fixture.reserve(key: "busy")
+        let busy = try fixture.send(key: "busy")
+        #expect(busy.status == 409 && busy.errorCode == "idempotency_in_flight")
+        #expect(busy.header("Retry-After") == "1")
+        let other = try fixture.send(key: "busy", body: "not the same")
+        #expect(other.errorCode == "idempotency_conflict", "another payload is a conflict even while in flight")
+    }
+
+    @Test func concurrentRequestsWithOneKeyStoreOneMessage() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let before = fixture.accepted
+        let answers = Mutex<[RawHTTP.Response]>([])
+        DispatchQueue.concurrentPerform(iterations: 24) { _ in
+            if let response = try? fixture.send(key: "raced", body: "one memo") {
+                answers.withLock { $0.append(response) }
+            }
+        }
+        let all = answers.withLock { $0 }
+        #expect(all.count == 24)
+        let ids = Set(all.filter { $0.status == 202 }.compactMap(fixture.id))
+        #expect(ids.count == 1, "one message, one id: \(ids)")
+        #expect(all.allSatisfy { $0.status == 202 || $0.errorCode == "idempotency_in_flight" },
+                "\(all.map(\.status))")
+        #expect(fixture.accepted == before + 1)
+        // Once settled, every retry gets the stored answer.
+        let settled = try fixture.send(key: "raced", body: "one memo")
+        #expect(settled.status == 202 && ids.contains(fixture.id(settled) ?? ""))
+    }
+
+    @Test func aKeyHeldByARequestThatDiedIsTakenOverAfterItsLease() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        _ = try fixture.reserve(key: "orphan")
+        fixture.scheduler.clock.advance(milliseconds: 29_999)
+        #expect(try fixture.send(key: "orphan").errorCode == "idempotency_in_flight")
+        fixture.scheduler.clock.advance(milliseconds: 1)
+        let taken = try fixture.send(key: "orphan")
+        #expect(taken.status == 202, "\(taken.text)")
+        #expect(try fixture.send(key: "orphan").header("Idempotent-Replayed") == "true")
+    }
+
+    @Test func aMessageStoredBeforeTheCrashIsNotStoredOrSentTwice() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let (_, storedID) = try fixture.reserve(key: "crashed", subject: "Once", storeMessage: true)
+        let id = try #require(storedID)
+        let accepted = fixture.accepted
+        fixture.scheduler.clock.advance(milliseconds: 30_000)
+        let retried = try fixture.send(key: "crashed", subject: "Once")
+        #expect(retried.status == 202 && fixture.id(retried) == id, "the stored message is the answer")
+        #expect(fixture.accepted == accepted)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            (try? fixture.relay.outbox.history.record(id: id))??.status == .sent
+        })
+        #expect(try fixture.relay.mails(to: "me@example.com").filter { $0.message["subject"] as? String == "Once" }
+            .count == 1)
+        // The message is the device's: its status is readable.
+        #expect(try fixture.relay.json("GET", "/v1/messages/\(id)", secret: fixture.secret).status == 200)
+    }
+
+    @Test func aRestartFreesKeysHeldByTheProcessThatStopped() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        _ = try fixture.reserve(key: "held")
+        try fixture.restart()
+        let sent = try fixture.send(key: "held")
+        #expect(sent.status == 202, "\(sent.text)")
+    }
+
+    @Test func keysAreRememberedForTheirRetentionThenForgotten() throws {
+        let fixture = try Fixture()
+        defer { fixture.stop() }
+        let first = fixture.id(try fixture.send(key: "daily"))
+        fixture.scheduler.clock.advance(milliseconds: 86_400_000 - 1)
+        #expect(fixture.id(try fixture.send(key: "daily")) == first, "remembered for 24 hours")
+        fixture.scheduler.clock.advance(milliseconds: 1)
+        let later = try fixture.send(key: "daily")
+        #expect(later.status == 202 && later.header("Idempotent-Replayed") == nil && fixture.id(later) != first)
+
+        let short = try Fixture { $0.idempotencyRetentionMilliseconds = 2 * 3_600_000 }
+        defer { short.stop() }
+        let kept = short.id(try short.send(key: "k"))
+        short.scheduler.clock.advance(milliseconds: 2 * 3_600_000)
+        #expect(short.id(try short.send(key: "k")) != kept)
+    }
+}

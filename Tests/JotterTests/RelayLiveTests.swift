@@ -1,0 +1,163 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// The relay over real sockets: the built `jotter relay` binary end to end, a relay delivering
+/// through an HTTP mail API (the scripted Resend stand-in) with the message id as its
+/// `Idempotency-Key`, and logs that hold no content.
+@Suite struct RelayLiveTests {
+    @Test func overASocketWithLimitsInTheHeaders() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.limits.devicePerMinute = 1 }
+        defer { relay.stop() }
+        let registered = try relay.request("POST", "/v1/devices")
+        #expect(registered.status == 201 && registered.header("Cache-Control") == "no-store")
+        let secret = try #require((registered.json as? [String: Any])?["secret"] as? String)
+        let known = try relay.mailFiles(to: "me@example.com")
+        let requested = try relay.request("POST", "/v1/destinations", secret: secret, ["address": "me@example.com"])
+        #expect(requested.status == 202)
+        let code = try relay.newCode(to: "me@example.com", known: known)
+        #expect(try relay.request("POST", "/v1/destinations/confirm", secret: secret,
+                                  ["address": "me@example.com", "code": code]).status == 200)
+        let sent = try relay.request("POST", "/v1/messages", secret: secret, ["to": "me@example.com", "body": "hi"],
+                                     headers: [("Idempotency-Key", "socket-1")])
+        #expect(sent.status == 202)
+        let limited = try relay.request("POST", "/v1/messages", secret: secret, ["to": "me@example.com", "body": "2"])
+        #expect(limited.status == 429 && limited.header("Retry-After") != nil)
+        #expect(limited.header("RateLimit-Policy")?.hasPrefix("\"device-minute\";q=1;w=60") == true)
+        #expect(limited.header("Content-Type") == "application/json")
+    }
+
+    @Test func theLogsHoldNoAddressCodeSecretSubjectOrBody() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        let known = try relay.mailFiles(to: "private.person@example.org")
+        #expect(try relay.requestCode(device.secret, "private.person@example.org", language: "fr").status == 202)
+        let code = try relay.newCode(to: "private.person@example.org", known: known)
+        #expect(try relay.confirm(device.secret, "private.person@example.org", "000000").status == 400
+            || code == "000000")
+        #expect(try relay.confirm(device.secret, "private.person@example.org", code).status == 200)
+        let sent = try relay.send(device.secret, to: "private.person@example.org", subject: "Secret subject",
+                                  body: "secret body text", key: "key-in-the-log?")
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            (try? relay.outbox.history.record(id: id))??.status == .sent
+        })
+        _ = try relay.send(device.secret, to: "stranger@example.org")
+        let logs = relay.logs.captured
+        #expect(logs.contains("message accepted") && logs.contains(id), "the log says what happened, by id")
+        for secret in ["private.person", "example.org", code, device.secret, String(device.secret.dropFirst(4)),
+                       "Secret subject", "secret body", "key-in-the-log", "stranger"] {
+            #expect(!logs.contains(secret), "the log holds \(secret)")
+        }
+    }
+
+    @Test func throughAnHTTPMailAPIWithTheMessageIdAsIdempotencyKey() throws {
+        let directory = TemporaryDirectory()
+        // The code mail is accepted; the message's first attempt fails, its retry is accepted.
+        let api = try ScriptedRelay(script: [.accept, .status(500), .accept], directory: directory.file("api"))
+        defer { api.stop() }
+        let mail = "resend://re_test_key?from=Relay%20%3Crelay@example.com%3E&base=\(api.baseURL)&timeout=2"
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.mail = mail }
+        defer { relay.stop() }
+        let device = try relay.register()
+        #expect(try relay.requestCode(device.secret, "me@example.com", language: "ja").status == 202)
+        #expect(TestServer.waitUntil(timeout: 20) { api.emails.count == 1 })
+        let codeMail = try #require(api.emails.first?.json)
+        #expect(codeMail["to"] as? [String] == ["me@example.com"])
+        #expect(codeMail["from"] as? String == "Relay <relay@example.com>")
+        let code = try #require(RelayServer.code(in: codeMail["text"] as? String ?? ""))
+        #expect(codeMail["subject"] as? String == VerificationMail.render(code: code, language: "ja").subject)
+        #expect(try relay.confirm(device.secret, "me@example.com", code).status == 200)
+
+        let sent = try relay.send(device.secret, to: "me@example.com", subject: "Via the API", body: "once")
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { (try? relay.outbox.history.record(id: id))??.status == .sent })
+        let attempts = api.requests.filter { $0.idempotencyKey == id }
+        #expect(attempts.count == 2, "the failed attempt and its retry, under one key")
+        let emails = api.emails.filter { $0.key == id }
+        #expect(emails.count == 1)
+        #expect(emails.first?.json?["to"] as? [String] == ["me@example.com"], "the message's own recipient")
+        #expect(emails.first?.json?["subject"] as? String == "Via the API")
+        #expect(!api.requests.contains { String(decoding: $0.body, as: UTF8.self).contains("relay.invalid") },
+                "the placeholder recipient never reaches the API")
+    }
+
+    @Test func theBinaryRunsARelayEndToEnd() throws {
+        let binary = LiveServerTests.JotterBinary.self
+        try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build first: \(binary.path)")
+        let directory = TemporaryDirectory()
+        let data = directory.file("relay")
+        let logPath = directory.file("stderr.log")
+        #expect(FileManager.default.createFile(atPath: logPath, contents: nil))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary.path)
+        process.arguments = ["relay", "--port", "0", "--registration", "invite"]
+        process.environment = binary.environment().merging(["JOTTER_RELAY_DATA_DIR": data]) { $1 }
+        process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        defer {
+            if process.isRunning {
+                kill(pid, SIGKILL)
+                process.waitUntilExit()
+            }
+        }
+        let line = try #require(binary.readLine(output.fileHandleForReading.fileDescriptor, timeout: 20),
+                                "no first line on stdout")
+        let match = try #require(line.wholeMatch(of: #/Listening on http://127\.0\.0\.1:([0-9]+)/#), "\(line)")
+        let port = try #require(Int(match.1))
+
+        let invited = try binary.run(["relay", "invite", "--data-dir", data])
+        #expect(invited.status == 0, "\(invited.standardError)")
+        let invite = try #require(invited.standardOutput.split(separator: "\n").first.map(String.init))
+        func call(_ method: String, _ path: String, secret: String? = nil, _ object: [String: Any]? = nil)
+            throws -> RawHTTP.Response {
+            var headers: [(String, String)] = secret.map { [("Authorization", "Bearer \($0)")] } ?? []
+            var body: [UInt8] = []
+            if let object {
+                headers.append(("Content-Type", "application/json"))
+                body = Array(try JSONSerialization.data(withJSONObject: object))
+            }
+            return try RawHTTP.request(port: port, method: method, path: path, headers: headers, body: body)
+        }
+        #expect(try call("POST", "/v1/devices").errorCode == "invite_required")
+        let registered = try call("POST", "/v1/devices", ["invite": invite])
+        #expect(registered.status == 201)
+        let secret = try #require((registered.json as? [String: Any])?["secret"] as? String)
+        #expect(try call("POST", "/v1/destinations", secret: secret, ["address": "me@example.com"]).status == 202)
+        var code: String?
+        #expect(TestServer.waitUntil(timeout: 20) {
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: data + "/Maildir/new")) ?? []
+            code = files.compactMap { try? Python.parseMessage(atPath: data + "/Maildir/new/" + $0) }
+                .compactMap { RelayServer.code(in: $0["body"] as? String ?? "") }.first
+            return code != nil
+        })
+        #expect(try call("POST", "/v1/destinations/confirm", secret: secret,
+                         ["address": "me@example.com", "code": code ?? ""]).status == 200)
+        let sent = try call("POST", "/v1/messages", secret: secret,
+                            ["to": "me@example.com", "subject": "From the binary", "body": "binary canary"])
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            (try? call("GET", "/v1/messages/\(id)", secret: secret).json as? [String: Any])?["status"] as? String
+                == "sent"
+        })
+
+        #expect(kill(pid, SIGTERM) == 0)
+        let exited = TestServer.waitUntil(timeout: 20) { !process.isRunning }
+        #expect(exited, "still running 20 s after SIGTERM")
+        if exited { #expect(process.terminationReason == .exit && process.terminationStatus == 0) }
+        let logs = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        #expect(logs.contains("message accepted"))
+        for secretText in ["me@example.com", "binary canary", "From the binary", secret, invite, code ?? "-"] {
+            #expect(!logs.contains(secretText), "the log holds \(secretText)")
+        }
+        #expect(throws: (any Error).self) { try call("GET", "/v1/destinations", secret: secret) }
+    }
+}

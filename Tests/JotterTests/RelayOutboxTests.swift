@@ -1,0 +1,46 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// The outbox's one addition for the relay: a memo may carry its own recipient, sealed with its
+/// content, delivered to it, and erased with the body. A composer's memo is stored and hashed as before.
+@Suite struct RelayOutboxTests {
+    @Test func storedFormReadsBackWithAndWithoutARecipient() throws {
+        let plain = MemoContent(subject: "s", body: "b")
+        #expect(plain.encoded().first == 1, "a memo without its own recipient keeps the old stored form")
+        #expect(MemoContent(encoded: plain.encoded()) == plain)
+        let addressed = MemoContent(subject: "ñ subject", body: "body\nlines", recipient: "a@example.com")
+        #expect(addressed.encoded().first == 2)
+        #expect(MemoContent(encoded: addressed.encoded()) == addressed)
+        var truncated = addressed.encoded()
+        truncated.removeLast(truncated.count - 12)
+        #expect(MemoContent(encoded: truncated) == nil, "a recipient length past the end does not read")
+    }
+
+    @Test func aMemoWithItsOwnRecipientGoesThereAndItsPayloadHashesIt() async throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random())
+        let worker = DeliveryWorker(outbox: outbox, transport: transport)
+        outbox.setOnAccepted { worker.wake() }
+        try worker.start()
+        defer {
+            worker.stop()
+            outbox.close()
+        }
+        let addressed = try await outbox.enqueue(MemoDraft(subject: "s", body: "b", idempotencyKey: "k",
+                                                           recipient: "someone@example.com"))
+        let plain = try await outbox.enqueue(MemoDraft(subject: "s", body: "b"))
+        #expect(transport.waitUntilReceived(count: 2, timeout: 20))
+        let byID = Dictionary(transport.messages.map { ($0.id, $0.to.address) }, uniquingKeysWith: { a, _ in a })
+        #expect(byID[addressed.id] == "someone@example.com")
+        #expect(byID[plain.id] == DeliveryWorker.Configuration().to.address)
+        // The same key with another recipient is another payload.
+        await #expect(throws: Outbox.EnqueueError.idempotencyConflict) {
+            try await outbox.enqueue(MemoDraft(subject: "s", body: "b", idempotencyKey: "k",
+                                               recipient: "other@example.com"))
+        }
+        #expect(try await outbox.enqueue(MemoDraft(subject: "s", body: "b", idempotencyKey: "k",
+                                                   recipient: "someone@example.com")) == .replayed(id: addressed.id))
+    }
+}
