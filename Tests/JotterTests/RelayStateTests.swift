@@ -51,10 +51,13 @@ import Testing
         })
         let relay = Self.json(try server.route("GET", "/healthz"))["relay"] as? [String: Any]
         #expect(relay?["state"] as? String == "offline")
-        let history = (try server.route("GET", "/history").json as? [[String: Any]]) ?? []
-        #expect(history.count == 3)
-        #expect(history.allSatisfy { $0["waiting_for"] as? String == "relay_offline" },
-                "every waiting memo says why, not only the one that was tried: \(history)")
+        // The attempt that found the relay gone is recorded a moment after the relay is marked offline.
+        let everyOneSaysWhy = server.waitUntil(timeout: 30) {
+            let history = ((try? server.route("GET", "/history"))?.json as? [[String: Any]]) ?? []
+            return history.count == 3 && history.allSatisfy { $0["waiting_for"] as? String == "relay_offline" }
+        }
+        #expect(everyOneSaysWhy, "every waiting memo says why, not only the one that was tried: "
+                + "\(((try? server.route("GET", "/history"))?.text) ?? "")")
         transport.release()
         #expect(server.waitUntil(timeout: 30) { (try? server.outbox.history.counts())?[.sent] == 3 })
         #expect(Self.json(try server.route("GET", "/healthz"))["status"] as? String == "ok")
