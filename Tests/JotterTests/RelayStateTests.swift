@@ -56,8 +56,8 @@ import Testing
             let history = ((try? server.route("GET", "/history"))?.json as? [[String: Any]]) ?? []
             return history.count == 3 && history.allSatisfy { $0["waiting_for"] as? String == "relay_offline" }
         }
-        #expect(everyOneSaysWhy, "every waiting memo says why, not only the one that was tried: "
-                + "\(((try? server.route("GET", "/history"))?.text) ?? "")")
+        let shown = ((try? server.route("GET", "/history"))?.text) ?? ""
+        #expect(everyOneSaysWhy, "every waiting memo says why, not only the one that was tried: \(shown)")
         transport.release()
         #expect(server.waitUntil(timeout: 30) { (try? server.outbox.history.counts())?[.sent] == 3 })
         #expect(Self.json(try server.route("GET", "/healthz"))["status"] as? String == "ok")
