@@ -4,6 +4,26 @@ import Jotter
 
 // The thin executable: read flags and environment into a Configuration, start, wait for a signal, stop.
 
+/// After the start lines: flushes them (scripts wait for them), then runs until SIGINT or SIGTERM,
+/// when `stop` drains and stops everything and the process exits 0.
+func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
+    fflush(nil)  // all streams: scripts wait for this line
+    signal(SIGPIPE, SIG_IGN)  // a peer that hangs up is an error to handle, not a reason to exit
+    var sources: [any DispatchSourceSignal] = []
+    for signalNumber in [SIGINT, SIGTERM] {
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
+        source.setEventHandler {
+            stop()
+            LogSink.standardError.flush()
+            exit(0)
+        }
+        source.resume()
+        sources.append(source)
+    }
+    withExtendedLifetime(sources) { dispatchMain() }
+}
+
 let environment = ProcessInfo.processInfo.environment
 let command: CommandLineOptions.Command
 do {
@@ -95,21 +115,7 @@ case .relay(let configuration):
         exit(1)
     }
     for line in LANBanner.listeningLines(host: configuration.http.host, port: relay.port, lan: nil) { print(line) }
-    fflush(nil)  // all streams: scripts wait for this line
-    signal(SIGPIPE, SIG_IGN)
-    var relaySignals: [any DispatchSourceSignal] = []
-    for signalNumber in [SIGINT, SIGTERM] {
-        signal(signalNumber, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
-        source.setEventHandler {
-            relay.stop()
-            LogSink.standardError.flush()
-            exit(0)
-        }
-        source.resume()
-        relaySignals.append(source)
-    }
-    dispatchMain()
+    serveUntilSignalled { relay.stop() }
 case .serve(let configuration):
     let application: Application
     do {
@@ -129,19 +135,5 @@ case .serve(let configuration):
     if let lan = application.lanInfo {
         print(LANBanner.text(lan))
     }
-    fflush(nil)  // all streams: scripts wait for this line
-    signal(SIGPIPE, SIG_IGN)  // a peer that hangs up is an error to handle, not a reason to exit
-    var sources: [any DispatchSourceSignal] = []
-    for signalNumber in [SIGINT, SIGTERM] {
-        signal(signalNumber, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
-        source.setEventHandler {
-            application.stop()
-            LogSink.standardError.flush()
-            exit(0)
-        }
-        source.resume()
-        sources.append(source)
-    }
-    dispatchMain()
+    serveUntilSignalled { application.stop() }
 }
