@@ -1059,7 +1059,9 @@ extension LiveServerTests {
         }
 
         /// Runs the binary (or another `executable`) to completion, killed after `timeout` seconds.
-        static func run(_ arguments: [String], executable: String = path, timeout: Double = 30) throws -> Finished {
+        /// `input`, when given, is written to its standard input (else it reads /dev/null).
+        static func run(_ arguments: [String], executable: String = path, input: [UInt8]? = nil,
+                        timeout: Double = 30) throws -> Finished {
             try #require(FileManager.default.isExecutableFile(atPath: executable), "not found or not built: \(executable)")
             let process = Process()
             process.executableURL = URL(fileURLWithPath: executable)
@@ -1069,8 +1071,13 @@ extension LiveServerTests {
             let output = Pipe(), errors = Pipe()
             process.standardOutput = output
             process.standardError = errors
-            process.standardInput = FileHandle.nullDevice
+            let stdin = Pipe()
+            process.standardInput = input == nil ? FileHandle.nullDevice : stdin
             try process.run()
+            if let input {
+                stdin.fileHandleForWriting.write(Data(input))
+                try stdin.fileHandleForWriting.close()
+            }
             let pid = process.processIdentifier
             let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
             DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)

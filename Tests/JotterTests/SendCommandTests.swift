@@ -13,34 +13,8 @@ import Testing
 
     /// Runs the built `jotter` with `arguments`, `input` on stdin, until it exits (killed after `timeout`).
     static func jotter(_ arguments: [String], input: [UInt8]? = nil, timeout: Double = 90) throws -> Finished {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: LiveServerTests.JotterBinary.path)
-        process.arguments = arguments
-        process.environment = LiveServerTests.JotterBinary.environment()
-        let output = Pipe(), errors = Pipe(), stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = input == nil ? FileHandle.nullDevice : stdin
-        try process.run()
-        if let input {
-            stdin.fileHandleForWriting.write(Data(input))
-            try stdin.fileHandleForWriting.close()
-        }
-        let pid = process.processIdentifier
-        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-        let errorData = Mutex(Data())
-        let group = DispatchGroup()
-        DispatchQueue.global().async(group: group) {
-            let data = errors.fileHandleForReading.readDataToEndOfFile()
-            errorData.withLock { $0 = data }
-        }
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        group.wait()
-        process.waitUntilExit()
-        watchdog.cancel()
-        return Finished(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
-                        error: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
+        let finished = try LiveServerTests.JotterBinary.run(arguments, input: input, timeout: timeout)
+        return Finished(status: finished.status, output: finished.standardOutput, error: finished.standardError)
     }
 
     static func delivered(_ server: TestServer) -> [String] {
