@@ -133,7 +133,7 @@ struct URLParts: Equatable {
                 bytes.append(byte)
                 continue
             }
-            guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else {
+            guard let high = iterator.next()?.hexDigitValue, let low = iterator.next()?.hexDigitValue else {
                 return nil
             }
             bytes.append(high << 4 | low)
@@ -141,14 +141,6 @@ struct URLParts: Equatable {
         return String(validating: bytes, as: UTF8.self)
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 }
 
 private extension Unicode.Scalar {

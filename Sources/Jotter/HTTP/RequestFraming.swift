@@ -111,7 +111,7 @@ enum RequestFraming {
             guard let close = rest.firstIndex(of: UInt8(ascii: "]")) else { return false }
             let literal = rest[(rest.startIndex + 1)..<close]
             let isLiteral = { (byte: UInt8) in
-                isHexDigit(byte) || byte == UInt8(ascii: ":") || byte == UInt8(ascii: ".")
+                byte.hexDigitValue != nil || byte == UInt8(ascii: ":") || byte == UInt8(ascii: ".")
             }
             guard !literal.isEmpty, literal.allSatisfy(isLiteral) else { return false }
             rest = rest[(close + 1)...]
@@ -123,10 +123,6 @@ enum RequestFraming {
         if rest.isEmpty { return true }
         guard rest.first == UInt8(ascii: ":") else { return false }
         return rest.dropFirst().allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-    }
-
-    private static func isHexDigit(_ byte: UInt8) -> Bool {
-        (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x66)
     }
 
     /// RFC 3986 reg-name: unreserved, pct-encoded (its `%`), sub-delims.

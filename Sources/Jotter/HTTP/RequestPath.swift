@@ -72,8 +72,8 @@ public enum RequestPath {
         while index < segment.endIndex {
             let byte = segment[index]
             if byte == UInt8(ascii: "%") {
-                guard index + 2 < segment.endIndex, let high = hexValue(segment[index + 1]),
-                      let low = hexValue(segment[index + 2]) else {
+                guard index + 2 < segment.endIndex, let high = segment[index + 1].hexDigitValue,
+                      let low = segment[index + 2].hexDigitValue else {
                     return .failure(.badEscape)
                 }
                 let value = high << 4 | low
@@ -126,12 +126,4 @@ public enum RequestPath {
         return length > 0 && !(dots == length && length <= 2)
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 }

@@ -201,14 +201,7 @@ public enum JSONValue: Sendable, Equatable {
             guard bytes.count - index >= 4 else { throw malformed }
             var value: UInt32 = 0
             for _ in 0..<4 {
-                let byte = bytes[index]
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: throw malformed
-                }
+                guard let digit = bytes[index].hexDigitValue else { throw malformed }
                 value = value << 4 | UInt32(digit)
                 index += 1
             }

@@ -100,7 +100,7 @@ public enum MemoDecoder {
                 out.append(0x20)
             } else if byte == UInt8(ascii: "%") {
                 guard index + 2 < bytes.endIndex,
-                      let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) else { return nil }
+                      let high = bytes[index + 1].hexDigitValue, let low = bytes[index + 2].hexDigitValue else { return nil }
                 out.append(high << 4 | low)
                 index += 2
             } else {
@@ -111,14 +111,6 @@ public enum MemoDecoder {
         return out
     }
 
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 
     // MARK: application/json
 
