@@ -193,18 +193,7 @@ public enum CommandLineOptions {
                 insecureHTTP = true
                 continue
             }
-            var name = argument
-            var value: String?
-            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
-                name = String(argument[..<equals])
-                value = String(argument[argument.index(after: equals)...])
-            }
-            guard flags[name] != nil else {
-                throw UsageError(description: "unknown option '\(name.prefix(40))'")
-            }
-            guard let given = value ?? arguments.popFirst() else {
-                throw UsageError(description: "\(name) needs a value")
-            }
+            let (name, given) = try flagValue(argument, rest: &arguments, known: flags, unknown: "unknown option")
             if name == "--allowed-host" {
                 allowedHosts.append(given)
             } else {
@@ -424,6 +413,21 @@ public enum CommandLineOptions {
     }
 
     /// `./Public` when it holds the page, else the checkout's `Public/` next to `Sources/`.
+    /// `--flag value` or `--flag=value` for one of the `known` flags; the value is taken from `rest`
+    /// when it is not attached.
+    static func flagValue(_ argument: String, rest: inout ArraySlice<String>, known: [String: String],
+                          unknown: String) throws -> (name: String, value: String) {
+        var name = argument
+        var value: String?
+        if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+            name = String(argument[..<equals])
+            value = String(argument[argument.index(after: equals)...])
+        }
+        guard known[name] != nil else { throw UsageError(description: "\(unknown) '\(name.prefix(40))'") }
+        guard let given = value ?? rest.popFirst() else { throw UsageError(description: "\(name) needs a value") }
+        return (name, given)
+    }
+
     /// `path` made absolute against the current directory.
     static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }

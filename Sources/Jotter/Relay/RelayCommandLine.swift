@@ -76,18 +76,8 @@ public enum RelayCommandLine {
         }
         while let argument = arguments.popFirst() {
             if argument == "-h" || argument == "--help" { return .help(help) }
-            var name = argument
-            var value: String?
-            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
-                name = String(argument[..<equals])
-                value = String(argument[argument.index(after: equals)...])
-            }
-            guard flags[name] != nil else {
-                throw CommandLineOptions.UsageError(description: "unknown relay option '\(name.prefix(40))'")
-            }
-            guard let given = value ?? arguments.popFirst() else {
-                throw CommandLineOptions.UsageError(description: "\(name) needs a value")
-            }
+            let (name, given) = try CommandLineOptions.flagValue(argument, rest: &arguments, known: flags,
+                                                                 unknown: "unknown relay option")
             values[name] = given
         }
         return .relay(try configuration(values, environment: environment))
