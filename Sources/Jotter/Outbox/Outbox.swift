@@ -133,11 +133,49 @@ public final class Outbox: Sendable {
                            _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
         -> DeliveryLifecycle? {
         try database.write(durable: durable) { database in
-            guard let before = try store.lifecycle(id: id, in: database) else { return nil }
-            var after = before
+            switch try Self.apply(decide, to: id, store: store, in: database) {
+            case .notFound: return nil
+            case .refused(let refusal): throw refusal
+            case .changed(let after): return after
+            }
+        }
+    }
+
+    /// What applying a lifecycle step to one memo came to.
+    private enum Applied {
+        case notFound
+        /// The lifecycle refused; nothing was written.
+        case refused(DeliveryLifecycle.Refusal)
+        case changed(DeliveryLifecycle)
+    }
+
+    /// Reads memo `id`'s lifecycle, applies `decide`, persists the result: inside the caller's transaction.
+    private static func apply(_ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void,
+                              to id: String, store: MessageStore, in database: Database) throws -> Applied {
+        guard let before = try store.lifecycle(id: id, in: database) else { return .notFound }
+        var after = before
+        do throws(DeliveryLifecycle.Refusal) {
             try decide(&after)
-            try store.persist(after, id: id, from: before.status, in: database)
-            return after
+        } catch {
+            return .refused(error)
+        }
+        try store.persist(after, id: id, from: before.status, in: database)
+        return .changed(after)
+    }
+
+    /// `apply` later, queued behind the writer's other work (no request thread waits for the writer);
+    /// `also` runs in the same transaction when the step was taken.
+    private func applyLater(_ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void,
+                            to id: String, also: @escaping @Sendable (Database) throws -> Void = { _ in },
+                            completion: @escaping @Sendable (Result<Applied, any Error>) -> Void) {
+        database.async { [store, database] in
+            completion(Result {
+                try database.transaction { database -> Applied in
+                    let applied = try Self.apply(decide, to: id, store: store, in: database)
+                    if case .changed = applied { try also(database) }
+                    return applied
+                }
+            })
         }
     }
 
@@ -183,18 +221,12 @@ public final class Outbox: Sendable {
     /// thread waits for the writer).
     public func requeue(id: String, completion: @escaping @Sendable (Result<RequeueOutcome, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
-        database.async { [store, database] in
-            completion(Result {
-                try database.transaction { database -> RequeueOutcome in
-                    guard let before = try store.lifecycle(id: id, in: database) else { return .notFound }
-                    var after = before
-                    do throws(DeliveryLifecycle.Refusal) {
-                        try after.requeue(now: now)
-                    } catch {
-                        return .notFailed(error.from)
-                    }
-                    try store.persist(after, id: id, from: before.status, in: database)
-                    return .requeued
+        applyLater({ lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.requeue(now: now) }, to: id) { result in
+            completion(result.map { applied in
+                switch applied {
+                case .notFound: return .notFound
+                case .refused(let refusal): return .notFailed(refusal.from)
+                case .changed: return .requeued
                 }
             })
         }
@@ -211,19 +243,14 @@ public final class Outbox: Sendable {
     /// Takes a memo back inside its undo window: `cancelled`, its text erased, never delivered.
     public func cancel(id: String, completion: @escaping @Sendable (Result<CancelOutcome, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
-        database.async { [store, database] in
-            completion(Result {
-                try database.transaction { database -> CancelOutcome in
-                    guard let before = try store.lifecycle(id: id, in: database) else { return .notFound }
-                    var after = before
-                    do throws(DeliveryLifecycle.Refusal) {
-                        try after.cancel(now: now)
-                    } catch {
-                        return .tooLate(error.from)
-                    }
-                    try store.persist(after, id: id, from: before.status, in: database)
-                    try store.eraseSubject(id: id, in: database)
-                    return .cancelled
+        let store = store
+        applyLater({ lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.cancel(now: now) }, to: id,
+                   also: { try store.eraseSubject(id: id, in: $0) }) { result in
+            completion(result.map { applied in
+                switch applied {
+                case .notFound: return .notFound
+                case .refused(let refusal): return .tooLate(refusal.from)
+                case .changed: return .cancelled
                 }
             })
         }
