@@ -170,10 +170,11 @@ public final class DeliveryWorker: @unchecked Sendable {
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
             }
         }
-        warnAboutStuckMemos(now: now)
+        // Once a minute, not on every pump (each finished delivery pumps): housekeeping and warnings.
         if now - lastPurge > 60_000 {
             lastPurge = now
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
+            warnAboutStuckMemos(now: now)
         }
         scheduleTimer(now: now)
     }
