@@ -475,6 +475,13 @@ def scenario_nojs(page, url, result):
     x, y = page.center_of("#send")
     page.click(x, y)
     page.wait_lifecycle("load", since=since, timeout=10)
+    # `autofocus` applies with the first frame, which may come a moment after the load event on a busy
+    # machine: wait for the frames (as `load` does), then a little for the focus itself.
+    page.wait_for_paint(since)
+    try:
+        page.wait_for("document.activeElement && document.activeElement.id === 'body'", timeout=5)
+    except cdp.CDPError:
+        pass
     result["after"] = page.evaluate(
         "({body: document.getElementById('body').value, location: location.href, lang: document.documentElement.lang,"
         " active: document.activeElement && document.activeElement.id})")
