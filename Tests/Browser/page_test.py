@@ -424,6 +424,46 @@ def scenario_undo(page, url, result):
     result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
 
 
+def scenario_undo_setting(page, url, result):
+    """The server has no undo window: this device turns one on in Settings (keyboard only), sends, and
+    takes the memo back."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    page.click(*page.center_of("#settings-open"))
+    page.wait_for("document.getElementById('settings').open && document.getElementById('undo-s').options.length > 0",
+                  timeout=10)
+    result["options"] = page.evaluate("[...document.getElementById('undo-s').options].map(o => [o.value, o.text])")
+    page.evaluate("document.getElementById('undo-s').focus()")
+    page.key("ArrowDown", "ArrowDown", 40)
+    page.key("ArrowDown", "ArrowDown", 40)
+    result["chosen"] = page.evaluate("document.getElementById('undo-s').value")
+    result["stored"] = page.evaluate("localStorage.getItem('jotter.undo')")
+    page.key("Escape", "Escape", 27)
+    try:   # the dialog's close event (which gives the textarea the focus back) comes a task later
+        page.wait_for("document.activeElement.id === 'body'", timeout=5)
+    except cdp.CDPError:
+        pass
+    result["active_after_close"] = page.evaluate("document.activeElement.id")
+    memo = "Taken back %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("!document.getElementById('undo').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
+    if result["undo_shown"]:
+        page.click(*page.center_of("#undo"))
+    try:
+        page.wait_for("document.getElementById('body').value.length > 0", timeout=10)
+    except cdp.CDPError:
+        pass
+    result["after"] = state(page)
+    result["send_requests"] = send_requests(page)
+    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
 def scenario_privacy(page, url, result):
     load(page, url)
     page.type_text("Private thought")
@@ -500,6 +540,7 @@ SCENARIOS = {
     "relay": scenario_relay,
     "share": scenario_share,
     "undo": scenario_undo,
+    "undo_setting": scenario_undo_setting,
 }
 
 if __name__ == "__main__":

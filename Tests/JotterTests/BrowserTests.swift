@@ -289,6 +289,29 @@ struct BrowserTests {
         #expect(transport.messages.isEmpty, "never handed to the relay")
     }
 
+    @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
+    func undoSettingTurnsUndoOn() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)   // no --undo-seconds
+        defer { server.stop() }
+        let seen = try Self.drive("undo_setting", server: server, maildir: false)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        let offOption = try Self.translations("en")["undoOff"]
+        #expect(seen["options"][0][1].string == offOption, "the first choice is Off: \(seen["options"])")
+        #expect(seen["options"][2][0].string == "10")
+        #expect(seen["chosen"].string == "10" && seen["stored"].string == "10", "not chosen by keyboard")
+        #expect(seen["active_after_close"].string == "body", "closing Settings did not give the textarea back")
+        #expect(seen["send_requests"][0]["headers"]["Undo-Seconds"].string == "10", "\(seen["send_requests"])")
+        #expect(seen["undo_shown"].bool == true, "no Undo button")
+        #expect(seen["after"]["body"].string == memo, "the text came back")
+        #expect(seen["requests_after"].array.first?["status"].int == 200)
+        let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
+        #expect(try server.outbox.history.record(id: id)?.status == .cancelled)
+        #expect(transport.messages.isEmpty, "never handed to the relay")
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or

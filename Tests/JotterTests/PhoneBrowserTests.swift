@@ -267,14 +267,14 @@ struct PhoneBrowserTests {
         #expect(seen["link"]["open"].bool == true, "the pairing dialog did not open")
         #expect(seen["link_requests"].array.map(\.int) == [201, 201], "POST /pair/link: \(seen["link_requests"])")
 
-        // In a narrow window (or on a tablet running Jotter itself), 'Pair a phone' and the language
+        // In a narrow window (or on a tablet running Jotter itself), History, 'Pair a phone', Settings and the language
         // list stay on screen in every language.
         let narrow = seen["narrow"].array
         #expect(narrow.count == 12, "languages measured: \(narrow.count)")
         for layout in narrow {
             let width = layout["screen_width"].double ?? 0
             let items = layout["foot_items"].array
-            #expect(items.count == 3, "\(layout["lang"]): footer items \(layout["foot_items"])")
+            #expect(items.count == 4, "\(layout["lang"]): footer items \(layout["foot_items"])")
             let outside = items.filter {
                 let left = $0["x"].double ?? -1
                 return left < 0 || left + ($0["width"].double ?? 0) > width
