@@ -40,6 +40,10 @@ static inline CURLcode jotter_curl_getinfo_long(CURL *handle, CURLINFO info, lon
     return curl_easy_getinfo(handle, info, value);
 }
 
+static inline CURLcode jotter_curl_getinfo_certinfo(CURL *handle, struct curl_certinfo **value) {
+    return curl_easy_getinfo(handle, CURLINFO_CERTINFO, value);
+}
+
 static inline CURLcode jotter_curl_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
     return curl_easy_getinfo(handle, info, value);
 }

@@ -117,7 +117,7 @@ import Testing
         }
         #expect(TestServer.waitUntil(timeout: 30) { allHeld() }, "every memo waits, held with the reason")
         #expect(fixture.transport.messages.count == 1, "one failed login for 30 memos")
-        guard case .refused(let kind, _) = fixture.worker.relayState else {
+        guard case .refused(let kind, _, _) = fixture.worker.relayState else {
             Issue.record("relay state \(fixture.worker.relayState)")
             return
         }
@@ -169,7 +169,7 @@ import Testing
         let worker = DeliveryWorker(outbox: outbox, transport: transport)
         try worker.start()
         defer { worker.stop() }
-        guard case .refused(let kind, _) = worker.relayState else {
+        guard case .refused(let kind, _, _) = worker.relayState else {
             Issue.record("relay state after restart: \(worker.relayState)")
             return
         }

@@ -13,8 +13,9 @@ import Testing
         let smtp: SMTPServer
 
         init(mode: SMTPServer.Mode, auth: (user: String, password: String)? = nil,
-             delayMilliseconds: Int = 0) throws {
-            certificates = mode == .plain ? nil : try TestCertificates.make(in: directory.file("certs"))
+             delayMilliseconds: Int = 0, certificateNames: String? = nil) throws {
+            certificates = mode == .plain ? nil
+                : try TestCertificates.make(in: directory.file("certs"), names: certificateNames)
             smtp = try SMTPServer(mode: mode, directory: directory.file("smtp"), certificates: certificates,
                                   auth: auth, delayMilliseconds: delayMilliseconds)
         }
@@ -247,6 +248,47 @@ import Testing
         #expect(entry.lastError == "tls")
         #expect(fixture.smtp.events.filter { $0.hasPrefix("MAIL") }.isEmpty)
         #expect(fixture.smtp.received.isEmpty)
+    }
+
+    @Test(arguments: [SMTPServer.Mode.starttls, .tls])
+    func aCertificateForOtherNamesSaysWhichNamesItHas(mode: SMTPServer.Mode) throws {
+        // Trusted CA, wrong names: 127.0.0.1 is configured, the certificate is for mail.example.net.
+        let fixture = try Fixture(mode: mode, certificateNames: "DNS:mail.example.net, DNS:*.example.net")
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+
+        let id = try DeliveryKit.send(server, body: "only for the right host")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "held" && entry.lastError == "tls", "\(entry)")
+        let hint = "the certificate is for mail.example.net, *.example.net — not 127.0.0.1"
+        let health = try #require(try server.route("GET", "/healthz").json as? [String: Any])
+        let relay = try #require(health["relay"] as? [String: Any])
+        #expect(relay["reason"] as? String == "tls")
+        #expect(relay["hint"] as? String == hint, "\(relay)")
+        #expect(server.logs.captured.contains("hint=\"\(hint)\""), "the log names the certificate's names")
+        #expect(fixture.smtp.events.filter { $0.hasPrefix("MAIL") }.isEmpty, "no mail to the wrong host")
+        #expect(fixture.smtp.received.isEmpty)
+    }
+
+    @Test func anUntrustedCertificateGetsNoNameHint() throws {
+        let fixture = try Fixture(mode: .tls)
+        defer { fixture.stop() }
+        let stranger = try TestCertificates.make(in: fixture.directory.file("other-ca"))
+        let server = try fixture.jotter(relay: fixture.relay(caFile: stranger.caFile))
+        defer { server.stop() }
+        _ = try DeliveryKit.settle(server, try DeliveryKit.send(server, body: "x"))
+        let health = try #require(try server.route("GET", "/healthz").json as? [String: Any])
+        #expect((health["relay"] as? [String: Any])?["reason"] as? String == "tls")
+        #expect((health["relay"] as? [String: Any])?["hint"] == nil, "the names are not the problem: \(health)")
+    }
+
+    @Test func certificateNamesReadFromLibcurlsDescription() {
+        #expect(CertificateNames.names(certificateInfo: [
+            "Subject:CN = mail.example.net", "X509v3 Subject Alternative Name:DNS:mail.example.net, IP Address:192.0.2.7",
+        ]) == ["mail.example.net", "192.0.2.7"])
+        #expect(CertificateNames.names(certificateInfo: ["Subject:O = Example, CN = smtp.example.org"]) == ["smtp.example.org"])
+        #expect(CertificateNames.names(certificateInfo: ["Subject:O = Example"]).isEmpty)
     }
 
     // MARK: Credentials

@@ -22,6 +22,9 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
     public var isPermanent: Bool
     /// The relay asked to wait this long (from `Retry-After`).
     public var retryAfterMilliseconds: Int64?
+    /// What to change, when Jotter could find out (the names a certificate is for); never a server's
+    /// own text, never a secret.
+    public var hint: String?
 
     /// A failure of `kind`.
     public init(_ kind: Kind, permanent: Bool, retryAfterMilliseconds: Int64? = nil) {

@@ -156,7 +156,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
             return
         }
-        if case .refused(let kind, _) = relayState {
+        if case .refused(let kind, _, _) = relayState {
             pumpWhileRefused(kind: kind, now: now)
             return
         }
@@ -252,15 +252,17 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     /// A memo failed because the relay refuses (auth, tls, configuration): stop, hold the rest.
-    private func relayRefused(kind: String) {
+    private func relayRefused(kind: String, hint: String?) {
         control.async {
             let now = self.clock.nowMilliseconds()
             if case .refused = self.relayState {} else {
+                // The hint is a certificate's names: public, never a secret.
                 self.logger.warning("relay refuses; memos held until it is fixed or retried", metadata: [
                     "reason": kind, "retest_every_ms": "\(self.configuration.refusedRetestMilliseconds)",
+                    "hint": hint ?? "",
                 ])
             }
-            self.relay.withLock { $0 = .refused(kind: kind, since: now) }
+            self.relay.withLock { $0 = .refused(kind: kind, since: now, hint: hint) }
             self.relayProven = false
             self.retestAt = now + self.configuration.refusedRetestMilliseconds
             self.pump()
@@ -369,7 +371,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
             // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
             let refused = error.refusesTheRelay
-            if refused { relayRefused(kind: error.kind.rawValue) }
+            if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
             let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
                 if refused {
                     // The relay's failure, not this memo's: it waits, held, with the others.

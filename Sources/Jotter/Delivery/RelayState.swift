@@ -7,7 +7,8 @@ public enum RelayState: Sendable, Equatable {
     /// The relay as configured refuses every memo alike (`kind`: auth, tls, configuration) since
     /// `since`: one failed login, not one per memo; memos wait `held` with that reason, and the
     /// relay is re-tested with one of them on a slow schedule, at once on a Retry or a new configuration.
-    case refused(kind: String, since: Int64)
+    /// `hint` says what to change when Jotter could find out (the names a certificate is for).
+    case refused(kind: String, since: Int64, hint: String? = nil)
 
     /// `ok`, `offline` or `refused`.
     public var name: String {

@@ -66,7 +66,10 @@ public struct ResendTransport: Transport {
             do throws(CurlError) {
                 try handle.perform()
             } catch {
-                throw DeliveryFailure(curl: error)
+                throw DeliveryFailure(curl: error).explainingCertificate(error, CertificateNames.Target(
+                    url: settings.baseURL, protocols: "https", startTLS: false,
+                    host: URLParts(settings.baseURL)?.host ?? settings.baseURL, caFile: settings.caFile,
+                    timeoutSeconds: settings.timeoutSeconds))
             }
             let status = handle.responseCode
             if (200..<300).contains(status) { return DeliveryReceipt() }

@@ -54,7 +54,9 @@ public struct SMTPTransport: Transport {
             do throws(CurlError) {
                 try handle.perform()
             } catch {
-                throw Self.failure(curl: error, reply: handle.responseCode)
+                throw Self.failure(curl: error, reply: handle.responseCode).explainingCertificate(error, CertificateNames.Target(
+                    url: url, protocols: settings.implicitTLS ? "smtps" : "smtp", startTLS: !settings.implicitTLS,
+                    host: settings.host, caFile: settings.caFile, timeoutSeconds: settings.timeoutSeconds))
             }
             return DeliveryReceipt()
         }

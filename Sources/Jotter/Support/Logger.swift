@@ -42,8 +42,10 @@ public struct Logger: Sendable {
         guard level >= logLevel else { return }
         var line = Timestamp.iso8601(milliseconds: SystemClock().nowMilliseconds())
         line += " \(level) \(label): \(message())"
-        for (key, value) in metadata {
-            line += " \(key)=\(value)"
+        // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
+        for (key, value) in metadata where !value.isEmpty {
+            let quoted = value.contains(" ") || value.contains("\"")
+            line += " \(key)=" + (quoted ? "\"" + value.split(separator: "\"", omittingEmptySubsequences: false).joined(separator: "\\\"") + "\"" : value)
         }
         sink.write(line + "\n")
     }

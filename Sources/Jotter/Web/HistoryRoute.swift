@@ -154,7 +154,8 @@ struct HistoryRoute: Sendable {
         return true
     }
 
-    /// `{"state": "ok"|"offline"|"refused", "reason": kind or null, "since": time or null}`.
+    /// `{"state": "ok"|"offline"|"refused", "reason": kind or null, "since": time or null}`, and `hint`
+    /// when Jotter knows what to change (`the certificate is for mail.example.net — not smtp.example.com`).
     static func write(_ relay: RelayState, to json: inout JSONWriter) {
         json.object { json in
             json.field("state", relay.name)
@@ -165,9 +166,10 @@ struct HistoryRoute: Sendable {
             case .offline(let since):
                 json.field("reason", "unreachable")
                 json.field("since", Timestamp.iso8601(milliseconds: since))
-            case .refused(let kind, let since):
+            case .refused(let kind, let since, let hint):
                 json.field("reason", kind)
                 json.field("since", Timestamp.iso8601(milliseconds: since))
+                if let hint { json.field("hint", hint) }
             }
         }
     }

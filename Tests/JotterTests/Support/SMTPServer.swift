@@ -80,12 +80,13 @@ struct TestCertificates: Sendable {
     let certificateFile: String
     let keyFile: String
 
-    /// Makes a new CA and server certificate in `directory` (created if missing).
-    static func make(in directory: String) throws -> TestCertificates {
+    /// Makes a new CA and server certificate in `directory` (created if missing), for `names`
+    /// (subjectAltName syntax) instead of 127.0.0.1 and localhost when given.
+    static func make(in directory: String, names: String? = nil) throws -> TestCertificates {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = [FixtureProcess.fixture("make-test-certs.sh"), directory]
+        process.arguments = [FixtureProcess.fixture("make-test-certs.sh"), directory] + (names.map { [$0] } ?? [])
         let errors = Pipe()
         process.standardOutput = FileHandle.nullDevice
         process.standardError = errors

@@ -116,6 +116,23 @@ public final class EasyHandle {
         return code
     }
 
+    /// The last transfer's certificate chain as libcurl describes it (`CURLOPT_CERTINFO`): for each
+    /// certificate, leaf first, its `Name:value` entries (`Subject`, `X509v3 Subject Alternative Name`, …).
+    public var certificateInfo: [[String]] {
+        var info: UnsafeMutablePointer<curl_certinfo>?
+        guard jotter_curl_getinfo_certinfo(handle, &info) == CURLE_OK, let info, let chain = info.pointee.certinfo
+        else { return [] }
+        return (0..<Int(max(0, info.pointee.num_of_certs))).map { index in
+            var entries: [String] = []
+            var node = chain[index]
+            while let current = node {
+                if let data = current.pointee.data { entries.append(String(cString: data)) }
+                node = current.pointee.next
+            }
+            return entries
+        }
+    }
+
     /// The first value of a response header.
     public func responseHeader(_ name: String) -> String? {
         let lowered = name.lowercased()
