@@ -65,6 +65,7 @@ public final class Application: Sendable {
         outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                             logger: logger.labelled("outbox"))
         dataDirectory.markDatabaseCreated()
+        relay.jotterRelay?.attach(outbox.settings)
         worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
                                 clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
         rating = try RatingStore(outbox: outbox, clock: clock)
@@ -101,7 +102,7 @@ public final class Application: Sendable {
         let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      pair: pairRoute, publicDirectory: configuration.publicDirectory,
-                                     lan: configuration.lan, destination: relay.destination,
+                                     lan: configuration.lan, destination: relay.destination, jotterRelay: relay.jotterRelay,
                                      warnAfterMilliseconds: delivery.warnAfterMilliseconds,
                                      undoMilliseconds: configuration.undoMilliseconds, clock: clock)
         let handler: Handler = { request, respond in
@@ -180,7 +181,7 @@ public final class Application: Sendable {
 
     static func routes(outbox: Outbox, worker: DeliveryWorker, rating: RatingStore, limiter: RateLimiter?,
                        pair: PairRoute?, publicDirectory: String, lan: Bool = false,
-                       destination: String = "", warnAfterMilliseconds: Int64 = 3_600_000, undoMilliseconds: Int64 = 0,
+                       destination: String = "", jotterRelay: JotterRelayAccount? = nil, warnAfterMilliseconds: Int64 = 3_600_000, undoMilliseconds: Int64 = 0,
                        clock: any WallClock = SystemClock()) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
@@ -189,8 +190,15 @@ public final class Application: Sendable {
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
                                    warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,
                                    clock: clock)
+        let destinationRoute = DestinationRoute(account: jotterRelay, verified: { worker.retestRelay() },
+                                                localization: page.localization)
         var router = Router()
         router.add("GET", "/") { request, _, respond in respond(page.handle(request)) }
+        router.add("GET", "/destination") { _, _, respond in respond(destinationRoute.state()) }
+        router.add("POST", "/destination") { request, _, respond in destinationRoute.request(request, respond: respond) }
+        router.add("POST", "/destination/confirm") { request, _, respond in
+            destinationRoute.confirm(request, respond: respond)
+        }
         router.add("POST", "/") { request, _, respond in send.handle(request, respond: respond) }
         router.add("POST", "/send") { request, _, respond in send.handle(request, respond: respond) }
         router.add("GET", "/history") { request, _, respond in respond(history.list(request)) }

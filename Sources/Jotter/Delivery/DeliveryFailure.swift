@@ -14,6 +14,8 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case io
         case configuration
         case corrupt
+        /// A Jotter relay has no verified address for this composer yet (the page's Settings ask for one).
+        case unverified
     }
 
     /// The failure's kind.

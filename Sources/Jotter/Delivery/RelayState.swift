@@ -24,9 +24,11 @@ extension DeliveryFailure {
     /// The failure is the relay's, not the memo's: every memo would fail the same way until the
     /// configuration or the account changes (a wrong password, a certificate that does not verify).
     var refusesTheRelay: Bool {
-        isPermanent && [.auth, .tls, .configuration].contains(kind)
+        isPermanent && [.auth, .tls, .configuration, .unverified].contains(kind)
     }
 
     /// The kinds `refusesTheRelay` holds memos for (their `last_error` while held).
-    static let relayRefusalKinds: Set<String> = [Kind.auth.rawValue, Kind.tls.rawValue, Kind.configuration.rawValue]
+    static let relayRefusalKinds: Set<String> = [
+        Kind.auth.rawValue, Kind.tls.rawValue, Kind.configuration.rawValue, Kind.unverified.rawValue,
+    ]
 }

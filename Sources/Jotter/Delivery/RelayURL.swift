@@ -3,7 +3,8 @@ import Foundation
 /// A relay URL, parsed: which transport, and the envelope addresses it implies.
 ///
 /// `maildir:PATH` · `smtp://user:pass@host:587` (STARTTLS required) · `smtps://user:pass@host:465` ·
-/// `resend://API_KEY` · `sendmail:` or `sendmail:/path/to/sendmail` · `markdown:/path/to/folder`.
+/// `resend://API_KEY` · `sendmail:` or `sendmail:/path/to/sendmail` · `markdown:/path/to/folder` ·
+/// `jotter+https://HOST[:PORT]` (a Jotter relay; `jotter+http://` only to a loopback host).
 /// Query options: `from=`, `to=` (addresses), `tls=none` (SMTP to a loopback host only), `ca=PATH`
 /// (a CA bundle, for tests), `base=URL` (Resend's API base, for tests), `timeout=SECONDS`.
 public struct RelayURL: Sendable {
@@ -19,7 +20,7 @@ public struct RelayURL: Sendable {
             switch self {
             case .unsupportedScheme(let scheme):
                 return "relay scheme '\(scheme)' is not supported (use maildir:, smtp://, smtps://, resend://, "
-                    + "sendmail: or markdown:)"
+                    + "sendmail:, markdown: or jotter+https://)"
             case .missingPath(let scheme):
                 return "\(scheme): relay needs a path, as in \(scheme):/home/me/folder"
             case .missingHost:
@@ -43,6 +44,8 @@ public struct RelayURL: Sendable {
     /// Where memos go, for a person, without secrets: `maildir:/home/ana/…/Maildir`,
     /// `smtps://smtp.example.com:465 as ana@example.com → ana@example.com`, `resend:// → ana@…`.
     public let destination: String
+    /// A Jotter relay's account (its device secret and verified address), for `jotter+https://`.
+    private(set) var jotterRelay: JotterRelayAccount?
 
     /// Parses `relay` and builds its transport.
     public init(_ relay: String) throws {
@@ -50,6 +53,7 @@ public struct RelayURL: Sendable {
         let scheme = relay[..<colon].lowercased()
         let rest = String(relay[relay.index(after: colon)...])
         self.scheme = scheme
+        jotterRelay = nil
         switch scheme {
         case "maildir", "markdown":
             let pieces = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
@@ -134,6 +138,27 @@ public struct RelayURL: Sendable {
             transport = ResendTransport(settings: .init(
                 apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
                 caFile: try Self.caFile(url), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
+        case "jotter+https", "jotter+http":
+            // jotter+https://HOST[:PORT][?invite=CODE&ca=PATH&timeout=SECONDS]
+            let url = try Self.parts(relay)
+            guard !url.host.isEmpty else { throw Failure.missingHost }
+            let secure = scheme == "jotter+https"
+            if !secure && !Loopback.contains(host: url.host) {
+                throw Failure.invalid("jotter+http:// is only allowed for a loopback host; use jotter+https://")
+            }
+            guard url.user == nil else { throw Failure.invalid("a Jotter relay URL has no user name or password") }
+            let port = url.port ?? (secure ? 443 : 80)
+            let host = url.host.contains(":") ? "[\(url.host)]" : url.host
+            let base = (secure ? "https" : "http") + "://" + host + (url.port.map { ":\($0)" } ?? "")
+            let account = JotterRelayAccount(
+                client: JotterRelayClient(baseURL: base, host: url.host, port: port, caFile: secure ? try Self.caFile(url) : nil,
+                                          timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30),
+                invite: url.queryValue("invite"))
+            jotterRelay = account
+            transport = JotterRelayTransport(account: account)
+            from = nil
+            to = nil
+            destination = "\(scheme)://\(host)\(url.port.map { ":\($0)" } ?? "") (the address you confirm in Settings)"
         default:
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw Failure.unsupportedScheme(String(safe.prefix(20)))

@@ -67,7 +67,7 @@ public final class Outbox: Sendable {
         self.store = store
         self.hashingKey = hashingKey
         self.clock = clock
-        settings = SettingsStore(database: database, hashingKey: hashingKey)
+        settings = SettingsStore(database: database, hashingKey: hashingKey, sealer: sealer)
         history = HistoryReader(database: database, sealer: sealer)
         accepting = GroupCommit(database: database, store: store, clock: clock, logger: logger)
     }

@@ -74,6 +74,19 @@ public enum Rekey {
             let resealed = try newSealer.seal(secret, context: context)
             try database.run("UPDATE settings SET value = ? WHERE name = 'hashing_secret'", [.blob(resealed)])
         }
+        // Sealed settings (a relay's device secret) likewise; one that opens under neither key is left.
+        try database.write { database in
+            let rows = try database.statement("SELECT name, value FROM settings WHERE substr(name, 1, 7) = 'sealed.'")
+                .rows([]) { ($0.text(0) ?? "", $0.blob(1) ?? []) }
+            for (name, stored) in rows {
+                let context = SettingsStore.sealedContext(name)
+                if newSealer.open(stored, context: context) != nil { continue }
+                guard var value = oldSealer.open(stored, context: context) else { continue }
+                defer { value.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }
+                try database.run("UPDATE settings SET value = ? WHERE name = ?",
+                                 [.blob(try newSealer.seal(value, context: context)), .text(name)])
+            }
+        }
 
         var resealed = 0
         var batches = 0

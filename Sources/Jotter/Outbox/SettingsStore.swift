@@ -3,6 +3,7 @@
 public struct SettingsStore: Sendable {
     let database: DatabaseQueue
     let hashingKey: SymmetricKey
+    let sealer: Sealer
 
     /// Where the hashing secret is bound when sealed.
     static let hashingSecretContext = Array("jotter/hashing-secret/v1".utf8)
@@ -40,12 +41,39 @@ public struct SettingsStore: Sendable {
         }
     }
 
-    /// Stores a plain (non-secret) setting.
-    public func write(_ name: String, value: String) throws {
+    /// Stores a plain (non-secret) setting; nil removes it.
+    public func write(_ name: String, value: String?) throws {
         try database.write { database in
-            try database.run("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
-                             [.text(name), .blob(Array(value.utf8))])
+            if let value {
+                try database.run("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                                 [.text(name), .blob(Array(value.utf8))])
+            } else {
+                try database.run("DELETE FROM settings WHERE name = ?", [.text(name)])
+            }
         }
+    }
+
+    /// Where a sealed setting's name is bound (`jotter rekey` re-seals every one of them).
+    static let sealedPrefix = "sealed."
+    static func sealedContext(_ name: String) -> [UInt8] { Array("jotter/setting/v1/\(name)".utf8) }
+
+    /// Stores a secret setting (a relay's device secret) sealed under the outbox key; nil removes it.
+    public func writeSealed(_ name: String, value: String?) throws {
+        let stored = Self.sealedPrefix + name
+        guard let value else { return try write(stored, value: nil) }
+        let sealed = try sealer.seal(Array(value.utf8), context: Self.sealedContext(stored))
+        try database.write { database in
+            try database.run("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", [.text(stored), .blob(sealed)])
+        }
+    }
+
+    /// A secret setting written by `writeSealed`; nil if absent (or sealed under another key).
+    public func readSealed(_ name: String) throws -> String? {
+        let stored = Self.sealedPrefix + name
+        let sealed = try database.read { database in
+            try database.statement("SELECT value FROM settings WHERE name = ?").firstRow([.text(stored)]) { $0.blob(0) } ?? nil
+        }
+        return sealed.flatMap { sealer.open($0, context: Self.sealedContext(stored)) }.map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// A plain setting written by `write`.

@@ -177,10 +177,14 @@ struct HistoryRoute: Sendable {
     /// Why a memo that is not on its way waits, when the relay is the reason: `relay_offline` for a
     /// queued or retrying memo while the relay cannot be reached, `relay_refused` for one held (or
     /// waiting) while it refuses; nil otherwise.
+    /// `destination_unverified` while a Jotter relay has no verified address for this composer.
     static func waitingFor(_ record: MessageRecord, relay: RelayState) -> String? {
+        let unverified = DeliveryFailure.Kind.unverified.rawValue
         switch (relay, record.status) {
         case (.offline, .queued), (.offline, .retrying): return "relay_offline"
-        case (.refused, .queued), (.refused, .retrying): return "relay_refused"
+        case (.refused(let kind, _, _), .queued), (.refused(let kind, _, _), .retrying):
+            return kind == unverified ? "destination_unverified" : "relay_refused"
+        case (_, .held) where record.lastError == unverified: return "destination_unverified"
         case (_, .held) where record.lastError.map(DeliveryFailure.relayRefusalKinds.contains) ?? false:
             return "relay_refused"
         default: return nil

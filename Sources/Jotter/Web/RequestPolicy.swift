@@ -133,6 +133,7 @@ public final class RequestPolicy: Sendable {
     private func needsSameOrigin(_ request: HTTPRequest) -> Bool {
         if request.method != "GET" && request.method != "HEAD" { return true }
         return request.path == "/history" || request.path.hasPrefix("/history/") || request.path == "/rating"
+            || request.path == "/destination"
     }
 
     private func crossOriginRefusal(_ request: HTTPRequest, host: String) -> HTTPResponse? {

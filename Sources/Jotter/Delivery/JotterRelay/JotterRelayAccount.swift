@@ -1,0 +1,159 @@
+import Synchronization
+
+/// The composer's standing at a Jotter relay: its device secret (registered once, kept sealed in the
+/// outbox's settings) and the address memos go to, proven by a code the relay mails there.
+///
+/// Everything is stored under the relay's base URL, so pointing `--relay` at another relay starts
+/// afresh (a new registration, a new verification) and coming back finds the old standing again.
+final class JotterRelayAccount: Sendable {
+    /// Where memos go: the verified address, and one waiting for its code.
+    struct Destination: Sendable, Equatable {
+        var address: String?
+        var pending: String?
+
+        /// `verified`, `pending` or `none`, as `GET /destination` says it.
+        var state: String { address != nil ? "verified" : pending != nil ? "pending" : "none" }
+    }
+
+    let client: JotterRelayClient
+    private let invite: String?
+    private let settings = Mutex<SettingsStore?>(nil)
+    /// Held while registering, so two deliveries never register twice.
+    private let registration = Mutex<String?>(nil)
+
+    init(client: JotterRelayClient, invite: String?) {
+        self.client = client
+        self.invite = invite
+    }
+
+    /// Gives the account its storage (the outbox opens after the relay URL is parsed).
+    func attach(_ store: SettingsStore) {
+        settings.withLock { $0 = store }
+    }
+
+    private func name(_ field: String) -> String { "jotter_relay[\(client.baseURL)].\(field)" }
+
+    private func store() throws(DeliveryFailure) -> SettingsStore {
+        guard let store = settings.withLock({ $0 }) else { throw DeliveryFailure(.io, permanent: false) }
+        return store
+    }
+
+    /// The destination as stored.
+    func destination() throws(DeliveryFailure) -> Destination {
+        let store = try store()
+        do {
+            return Destination(address: try store.read(name("address")), pending: try store.read(name("pending")))
+        } catch {
+            throw DeliveryFailure(.io, permanent: false)
+        }
+    }
+
+    private func save(_ destination: Destination) throws(DeliveryFailure) {
+        let store = try store()
+        do {
+            try store.write(name("address"), value: destination.address)
+            try store.write(name("pending"), value: destination.pending)
+        } catch {
+            throw DeliveryFailure(.io, permanent: false)
+        }
+    }
+
+    /// The device secret, registering with the relay first when there is none.
+    func secret() throws(DeliveryFailure) -> String {
+        let store = try store()
+        return try registration.withLock { (cached: inout String?) throws(DeliveryFailure) -> String in
+            if let cached { return cached }
+            do {
+                if let stored = try store.readSealed(name("secret")) {
+                    cached = stored
+                    return stored
+                }
+            } catch {
+                throw DeliveryFailure(.io, permanent: false)
+            }
+            var json = JSONWriter()
+            json.object { json in if let invite { json.field("invite", invite) } }
+            let answer = try client.call("/v1/devices", json: json.bytes)
+            guard answer.status == 201, let secret = answer.json?["secret"]?.string else {
+                // An invite needed or refused is the configuration's to fix (?invite=), not a memo's.
+                if answer.status == 403 { throw DeliveryFailure(.configuration, permanent: true) }
+                throw JotterRelayClient.failure(answer)
+            }
+            do {
+                try store.writeSealed(name("secret"), value: secret)
+            } catch {
+                throw DeliveryFailure(.io, permanent: false)
+            }
+            cached = secret
+            return secret
+        }
+    }
+
+    /// The relay no longer knows this device (its secret was revoked, or its store was reset): forget
+    /// the secret and the verification, so the next step registers again and asks for a new code.
+    func forget() throws(DeliveryFailure) {
+        let store = try store()
+        registration.withLock { $0 = nil }
+        do {
+            try store.writeSealed(name("secret"), value: nil)
+        } catch {
+            throw DeliveryFailure(.io, permanent: false)
+        }
+        var destination = try destination()
+        destination.pending = destination.pending ?? destination.address
+        destination.address = nil
+        try save(destination)
+    }
+
+    /// Calls the relay as this device; a `401` (unknown to the relay) re-registers once and tries again.
+    func call(_ path: String, json body: [UInt8]? = nil, idempotencyKey: String? = nil) throws(DeliveryFailure)
+        -> JotterRelayClient.Answer {
+        let answer = try client.call(path, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+        guard answer.status == 401 else { return answer }
+        try forget()
+        return try client.call(path, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+    }
+
+    /// Asks the relay to mail a code to `address` (in `language`); on `202` it is the pending address.
+    func requestCode(address: String, language: String) throws(DeliveryFailure) -> JotterRelayClient.Answer {
+        var json = JSONWriter()
+        json.object { json in
+            json.field("address", address)
+            json.field("language", language)
+        }
+        let answer = try call("/v1/destinations", json: json.bytes)
+        if answer.status == 202 {
+            var destination = try destination()
+            destination.pending = address
+            try save(destination)
+        }
+        return answer
+    }
+
+    /// Presents `code` for the pending address; on `200` that address is where memos go from now on.
+    func confirm(code: String) throws(DeliveryFailure) -> JotterRelayClient.Answer? {
+        var destination = try destination()
+        guard let pending = destination.pending else { return nil }
+        var json = JSONWriter()
+        json.object { json in
+            json.field("address", pending)
+            json.field("code", code)
+        }
+        let answer = try call("/v1/destinations/confirm", json: json.bytes)
+        if answer.status == 200 {
+            destination.address = pending
+            destination.pending = nil
+            try save(destination)
+        }
+        return answer
+    }
+
+    /// The relay says `address` is not verified for this device (any more): ask for a code again.
+    func lostVerification(of address: String) throws(DeliveryFailure) {
+        var destination = try destination()
+        guard destination.address == address else { return }
+        destination.address = nil
+        destination.pending = destination.pending ?? address
+        try save(destination)
+    }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// A composer (`serve --relay jotter+http://127.0.0.1:PORT`) against a real `jotter relay` on
+/// loopback, end to end: it registers itself once, memos wait `held`/`unverified` until the page's
+/// Settings verify an address with the code the relay mailed there, then go out once each.
+@Suite(.serialized)
+struct ComposerRelayTests {
+    static let address = "ana@example.com"
+
+    /// A relay and a composer pointed at it.
+    struct Pair {
+        let relayDirectory = TemporaryDirectory()
+        let composerDirectory = TemporaryDirectory()
+        let relay: RelayServer
+        var composer: TestServer
+
+        init(configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
+            relay = try RelayServer(dataDirectory: relayDirectory.path, configure: configureRelay)
+            composer = try Self.composer(composerDirectory.path, relayPort: relay.port)
+        }
+
+        static func composer(_ directory: String, relayPort: Int, query: String = "") throws -> TestServer {
+            try TestServer(dataDirectory: directory, relay: "jotter+http://127.0.0.1:\(relayPort)\(query)") { configuration in
+                configuration.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
+                configuration.delivery.offlineProbeMilliseconds = 200
+            }
+        }
+
+        func stop() {
+            composer.stop()
+            relay.stop()
+        }
+
+        /// A JSON request to the composer, as the page makes it (same origin).
+        func page(_ method: String, _ path: String, _ object: [String: Any]? = nil) throws -> RawHTTP.Response {
+            var headers = [("Sec-Fetch-Site", "same-origin")]
+            var body: [UInt8] = []
+            if let object {
+                headers.append(("Content-Type", "application/json"))
+                body = Array(try JSONSerialization.data(withJSONObject: object))
+            }
+            return try composer.route(method, path, headers: headers, body: body)
+        }
+
+        func post(_ text: String) throws -> String {
+            let response = try composer.route("POST", "/send", headers: [("Content-Type", "text/plain")], body: Array(text.utf8))
+            #expect(response.status == 204, "\(response.status) \(response.text)")
+            return try #require(response.header("X-Message-Id"))
+        }
+
+        func entry(_ id: String) throws -> [String: Any] {
+            try #require(try composer.route("GET", "/history/\(id)").json as? [String: Any])
+        }
+
+        /// Asks for a code through the composer, reads it from the relay's mail, confirms it.
+        func verify(_ address: String = ComposerRelayTests.address) throws {
+            let known = try relay.mailFiles(to: address)
+            let asked = try page("POST", "/destination", ["address": address, "language": "de"])
+            #expect(asked.status == 202, "\(asked.status) \(asked.text)")
+            #expect((asked.json as? [String: Any])?["state"] as? String == "pending")
+            let code = try relay.newCode(to: address, known: known)
+            let confirmed = try page("POST", "/destination/confirm", ["code": code])
+            #expect(confirmed.status == 200, "\(confirmed.status) \(confirmed.text)")
+            #expect((confirmed.json as? [String: Any])?["state"] as? String == "verified")
+        }
+
+        /// The memos the relay delivered to `address` (not its code mails), by body.
+        func delivered(to address: String = ComposerRelayTests.address) throws -> [String] {
+            try relay.mails(to: address).compactMap { $0.message["body"] as? String }
+                .map { $0.replacingOccurrences(of: "\r\n", with: "\n") }
+                .filter { RelayServer.code(in: $0) == nil || $0.hasPrefix("memo") }
+        }
+    }
+
+    @Test func memosWaitUnverifiedThenGoOutOnceEachWhenTheAddressIsVerified() throws {
+        let pair = try Pair()
+        defer { pair.stop() }
+        #expect(pair.composer.application.destination.hasPrefix("jotter+http://127.0.0.1:\(pair.relay.port)"))
+
+        let state = try pair.page("GET", "/destination")
+        #expect(state.status == 200)
+        #expect((state.json as? [String: Any])?["state"] as? String == "none")
+
+        // Accepted at once, held as unverified: nothing can go anywhere yet.
+        let first = try pair.post("memo one"), second = try pair.post("memo two")
+        #expect(try pair.composer.waitUntil(timeout: 20) {
+            try [first, second].allSatisfy { try pair.entry($0)["status"] as? String == "held" }
+        }, "held: \((try? pair.entry(second)) ?? [:])")
+        let held = try pair.entry(second)
+        #expect(held["last_error"] as? String == "unverified")
+        #expect(held["waiting_for"] as? String == "destination_unverified")
+        let health = try #require(try pair.composer.route("GET", "/healthz").json as? [String: Any])
+        #expect((health["relay"] as? [String: Any])?["reason"] as? String == "unverified", "\(health)")
+
+        try pair.verify()
+        #expect(try pair.composer.waitUntil(timeout: 20) {
+            try [first, second].allSatisfy { try pair.entry($0)["status"] as? String == "sent" }
+        }, "sent: \((try? pair.entry(second)) ?? [:])")
+        #expect(TestServer.waitUntil(timeout: 20) { (try? pair.delivered().count) == 2 })
+        #expect(try pair.delivered().sorted().map { $0.trimmingCharacters(in: .newlines) } == ["memo one", "memo two"])
+
+        // The code mail was in the page's language; the composer registered exactly one device.
+        let codeMail = try pair.relay.mails(to: Self.address).first { RelayServer.code(in: $0.message["body"] as? String ?? "") != nil }
+        #expect((codeMail?.message["subject"] as? String)?.isEmpty == false)
+        let devices = try pair.relay.outbox.database.read { database in
+            try database.statement("SELECT count(*) FROM relay_devices").firstRow { $0.int64(0) } ?? 0
+        }
+        #expect(devices == 1)
+
+        // GET /destination says where memos go now; later memos go straight out.
+        #expect((try pair.page("GET", "/destination").json as? [String: Any])?["address"] as? String == Self.address)
+        let third = try pair.post("memo three")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(third)["status"] as? String == "sent" })
+        #expect(try pair.entry(third)["attempts"] as? Int == 1)
+    }
+
+    @Test func theDeviceSecretIsSealedAndTheStandingSurvivesARestart() throws {
+        var pair = try Pair()
+        defer { pair.stop() }
+        try pair.verify()
+        let id = try pair.post("memo before restart")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(id)["status"] as? String == "sent" })
+        pair.composer.stop()
+
+        // Nowhere in the composer's files in clear: the secret is sealed under the outbox key.
+        let files = try FileManager.default.subpathsOfDirectory(atPath: pair.composerDirectory.path)
+        for file in files {
+            let data = (try? Data(contentsOf: URL(fileURLWithPath: pair.composerDirectory.path + "/" + file))) ?? Data()
+            #expect(data.range(of: Data("jrs_".utf8)) == nil, "a relay secret in clear in \(file)")
+        }
+
+        pair.composer = try Pair.composer(pair.composerDirectory.path, relayPort: pair.relay.port)
+        #expect((try pair.page("GET", "/destination").json as? [String: Any])?["state"] as? String == "verified")
+        let after = try pair.post("memo after restart")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(after)["status"] as? String == "sent" })
+        let devices = try pair.relay.outbox.database.read { database in
+            try database.statement("SELECT count(*) FROM relay_devices").firstRow { $0.int64(0) } ?? 0
+        }
+        #expect(devices == 1, "registered again after a restart")
+        #expect(TestServer.waitUntil(timeout: 20) { (try? pair.delivered().count) == 2 })
+    }
+
+    @Test func theRelaysRefusalsReachThePageByCodeWithFixedText() throws {
+        let pair = try Pair()
+        defer { pair.stop() }
+        let notAnAddress = try pair.page("POST", "/destination", ["address": "not an address"])
+        #expect(notAnAddress.status == 400 && notAnAddress.errorCode == "invalid_address")
+        let noPending = try pair.page("POST", "/destination/confirm", ["code": "123456"])
+        #expect(noPending.status == 409 && noPending.errorCode == "no_pending_address")
+        let unknownField = try pair.page("POST", "/destination", ["address": Self.address, "to": "x"])
+        #expect(unknownField.status == 400 && unknownField.errorCode == "unknown_field")
+
+        let known = try pair.relay.mailFiles(to: Self.address)
+        #expect(try pair.page("POST", "/destination", ["address": Self.address]).status == 202)
+        let code = try pair.relay.newCode(to: Self.address, known: known)
+        let wrong = String(code.reversed()) == code ? "000000" : String(code.reversed())
+        let refused = try pair.page("POST", "/destination/confirm", ["code": wrong == code ? "000001" : wrong])
+        #expect(refused.status == 400 && refused.errorCode == "invalid_code", "\(refused.text)")
+        let malformed = try pair.page("POST", "/destination/confirm", ["code": "12"])
+        #expect(malformed.status == 400 && malformed.errorCode == "malformed_code", "\(malformed.text)")
+        // A second code at once: the relay's cooldown, with its Retry-After.
+        let again = try pair.page("POST", "/destination", ["address": Self.address])
+        #expect(again.status == 429 && again.errorCode == "code_cooldown", "\(again.text)")
+        #expect(Int(again.header("Retry-After") ?? "") ?? 0 > 0)
+        #expect((try pair.page("GET", "/destination").json as? [String: Any])?["state"] as? String == "pending")
+
+        // Another site cannot read or set the address.
+        let crossSite = try pair.composer.route("GET", "/destination", headers: [("Sec-Fetch-Site", "cross-site")])
+        #expect(crossSite.status == 403)
+        let crossPost = try pair.composer.route("POST", "/destination", headers: [
+            ("Origin", "https://evil.example"), ("Content-Type", "application/json"),
+        ], body: Array(#"{"address":"eve@example.com"}"#.utf8))
+        #expect(crossPost.status == 403)
+    }
+
+    @Test func theRelaysRateLimitFeedsTheRetryRules() throws {
+        let pair = try Pair { $0.limits.devicePerMinute = 1 }
+        defer { pair.stop() }
+        try pair.verify()
+        let first = try pair.post("memo within the limit")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(first)["status"] as? String == "sent" })
+        let second = try pair.post("memo beyond the limit")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(second)["status"] as? String == "retrying" })
+        let entry = try pair.entry(second)
+        #expect(entry["last_error"] as? String == "rate_limited")
+        // Not the 50 ms backoff of this composer's policy: the relay's Retry-After (the minute's end).
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let next = try #require((entry["next_attempt_at"] as? String).flatMap(formatter.date(from:)))
+        #expect(next.timeIntervalSinceNow > 0.9, "\(entry)")
+    }
+
+    @Test func withoutAJotterRelayThereIsNoDestinationToSet() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let response = try server.route("GET", "/destination")
+        #expect(response.status == 404 && response.errorCode == "not_jotter_relay")
+    }
+
+    @Test(arguments: ["jotter+http://example.com", "jotter+https://", "jotter+https://u:p@relay.example.com"])
+    func relayURLsThatAreRefused(url: String) {
+        #expect(throws: RelayURL.Failure.self) { try RelayURL(url) }
+    }
+
+    @Test func aJotterRelayURLParses() throws {
+        let relay = try RelayURL("jotter+https://relay.example.com:8443?invite=abc")
+        #expect(relay.jotterRelay?.client.baseURL == "https://relay.example.com:8443")
+        #expect(relay.transport.repeatsHarmlessly)
+        #expect(relay.destination.hasPrefix("jotter+https://relay.example.com:8443"))
+    }
+}
