@@ -20,7 +20,7 @@ BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 
 
 
-.PHONY: run build test deps test-deps clean bench fuzz
+.PHONY: run build test deps test-deps clean bench fuzz interop
 
 run: build
 	.build/release/jotter serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -44,6 +44,18 @@ bench: deps
 	bench/page --no-build
 	bench/syncs --no-build
 	bench/hostile --no-build
+
+# Jotter against Debian's Postfix (submission, smtps, sendmail) and Dovecot (IMAP), read back with notmuch
+# too, all on 127.0.0.1; not part of `make test`. As root: it configures Postfix for the run (restored
+# after), starts both and adds a throwaway user. Postfix is preseeded "Local only" so installing it
+# configures nothing that listens beyond loopback.
+INTEROP_PACKAGES = postfix dovecot-imapd notmuch openssl curl python3 iproute2
+
+interop: build
+	@sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	echo 'postfix postfix/main_mailer_type select Local only' | $$sudo debconf-set-selections
+	@bin/install-packages $(INTEROP_PACKAGES)
+	@sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; $$sudo interop/run --no-build
 
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
