@@ -189,7 +189,7 @@ public final class Application: Sendable {
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
                                    warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,
-                                   clock: clock)
+                                   asksForAddress: jotterRelay != nil, clock: clock)
         let destinationRoute = DestinationRoute(account: jotterRelay, verified: { worker.retestRelay() },
                                                 localization: page.localization)
         var router = Router()

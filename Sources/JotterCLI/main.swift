@@ -114,7 +114,8 @@ case .relay(let configuration):
         FileHandle.standardError.write(Data("jotter relay: cannot start: \(error)\n".utf8))
         exit(1)
     }
-    for line in LANBanner.listeningLines(host: configuration.http.host, port: relay.port, lan: nil) { print(line) }
+    let scheme = configuration.http.tls == nil ? "http" : "https"
+    print("Listening on \(scheme)://\((configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host)):\(relay.port)")
     serveUntilSignalled { relay.stop() }
 case .serve(let configuration):
     let application: Application

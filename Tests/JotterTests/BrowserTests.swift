@@ -312,6 +312,51 @@ struct BrowserTests {
         #expect(transport.messages.isEmpty, "never handed to the relay")
     }
 
+    @Test("Through a Jotter relay: a memo waits until Settings confirm an address with the mailed code, then goes out")
+    func destinationIsConfirmedInSettings() throws {
+        let relayDirectory = TemporaryDirectory(), directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: relayDirectory.path)
+        defer { relay.stop() }
+        let server = try TestServer(dataDirectory: directory.path, relay: "jotter+http://127.0.0.1:\(relay.port)") {
+            $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
+        }
+        defer { server.stop() }
+        let address = "ana@example.com"
+        var known = Set<String>()
+        let seen = try Self.drive(driver: Self.driver, scenario: "destination", server: server, maildir: false) { step in
+            switch step {
+            case "memo-held":
+                #expect(server.waitUntil(timeout: 20) {
+                    (try? server.outbox.history.latest(limit: 1).first?.status) == .held
+                }, "the memo was not held while no address is confirmed")
+                known = try relay.mailFiles(to: address)
+                return "ok"
+            case "code":
+                return try relay.newCode(to: address, known: known)
+            default:
+                Issue.record("unexpected step \(step)")
+                return "ok"
+            }
+        }
+        Self.expectClean(seen, allowing: { entry in
+            // The wrong code's 400 is the answer the page shows, not a fault.
+            entry["source"].string == "network" && entry["url"].string?.hasSuffix("/destination/confirm") == true
+        })
+        let text = try Self.translations("en")
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["relay_line"].string == text["relay_unverified"], "\(seen["relay_line"])")
+        #expect(seen["before"].string == text["destNone"])
+        #expect(seen["prompt"].string == text["codePrompt"]?.replacingOccurrences(of: "{address}", with: address))
+        #expect(seen["code_focused"].bool == true, "the code field did not get the focus")
+        #expect(seen["wrong"].string == text["dest_invalid_code"])
+        #expect(seen["after"].string == text["destVerified"]?.replacingOccurrences(of: "{address}", with: address))
+        #expect(seen["error_after"].string == "")
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ((try? relay.mails(to: address)) ?? []).contains { RelayServer.sameBody($0.message["body"], memo) }
+        }, "the memo did not reach the address")
+        #expect(try relay.mails(to: address).filter { RelayServer.sameBody($0.message["body"], memo) }.count == 1)
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or

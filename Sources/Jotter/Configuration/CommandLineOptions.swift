@@ -88,6 +88,8 @@ public enum CommandLineOptions {
                                  sendmail:  or  sendmail:/path/to/sendmail  (?to=ADDR; without it,
                                    the user running Jotter: USER@localhost, which a local MTA delivers)
                                  markdown:/path/to/vault/folder   (daily notes)
+                                 jotter+https://HOST[:PORT]  (a Jotter relay, ?invite=CODE; the address
+                                   is confirmed in the page's Settings with a mailed code)
                                options: ?from=ADDR&to=ADDR, ?ca=CA-BUNDLE, ?timeout=SECONDS
           --relay-file PATH    read the relay URL from this file, so secrets stay out of
                                ps and shell history (JOTTER_RELAY_FILE)

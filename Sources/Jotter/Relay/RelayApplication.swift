@@ -58,6 +58,7 @@ public final class RelayApplication: Sendable {
         service = try RelayService(store: store, outbox: outbox, configuration: configuration, clock: clock,
                                    logger: logger)
         let router = RelayRoutes(service: service, configuration: configuration).router()
+        let trustedProxies = configuration.trustedProxies
         let handler: Application.Handler = { request, respond in
             // The one path normalisation, before the browser check and the router alike (as `Application`).
             guard let request = RequestPath.normalized(request, refuse: { respond(router.finish($0.response)) }) else {
@@ -67,7 +68,9 @@ public final class RelayApplication: Sendable {
                 respond(router.finish(refusal))
                 return
             }
-            router.handle(request, respond: respond)
+            var forwarded = request
+            forwarded.remoteAddress = ForwardedFor.client(request, trusted: trustedProxies)
+            router.handle(forwarded, respond: respond)
         }
         self.handler = handler
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), handler: handler)

@@ -27,6 +27,12 @@ public enum RelayCommandLine {
                                history (JOTTER_RELAY_MAIL_FILE)
           --registration MODE  open (anyone who reaches the relay) or invite (JOTTER_RELAY_REGISTRATION;
                                default open)
+          --tls-cert PATH      serve HTTPS with this PEM certificate chain (JOTTER_RELAY_TLS_CERT) …
+          --tls-key PATH       … and this PEM private key (JOTTER_RELAY_TLS_KEY); else plain HTTP, for
+                               a TLS proxy in front
+          --trust-proxy ADDRS  comma-separated addresses of that proxy (JOTTER_RELAY_TRUST_PROXY): from
+                               them, the client is the last X-Forwarded-For address not a proxy; from
+                               anyone else, X-Forwarded-For is ignored
           --limit-device-minute N|off   messages per device per minute (default 30)
           --limit-device-day N|off      messages per device per UTC day (default 200)
           --limit-ip-hour N|off         messages per client IP address per hour (default 120)
@@ -60,6 +66,8 @@ public enum RelayCommandLine {
         "--idempotency-hours": "JOTTER_RELAY_IDEMPOTENCY_HOURS", "--slots": "JOTTER_RELAY_SLOTS",
         "--retry-cap": "JOTTER_RELAY_RETRY_CAP", "--max-body": "JOTTER_RELAY_MAX_BODY",
         "--log-level": "JOTTER_RELAY_LOG_LEVEL",
+        "--tls-cert": "JOTTER_RELAY_TLS_CERT", "--tls-key": "JOTTER_RELAY_TLS_KEY",
+        "--trust-proxy": "JOTTER_RELAY_TRUST_PROXY",
     ]
 
     /// Parses the arguments after `relay`.
@@ -152,7 +160,33 @@ public enum RelayCommandLine {
             }
             configuration.logLevel = parsed
         }
+        switch (values["--tls-cert"], values["--tls-key"]) {
+        case (let certificate?, let key?):
+            configuration.http.tls = (keyPEM: try readPEM(key, flag: "--tls-key"),
+                                      certificatePEM: try readPEM(certificate, flag: "--tls-cert"))
+        case (nil, nil):
+            break
+        default:
+            throw CommandLineOptions.UsageError(description: "give --tls-cert and --tls-key together")
+        }
+        if let proxies = values["--trust-proxy"] {
+            let addresses = proxies.split(separator: ",").map { String($0.trimmingCharacters(in: " ")) }
+            guard !addresses.isEmpty, addresses.allSatisfy(ForwardedFor.isAddress) else {
+                throw CommandLineOptions.UsageError(
+                    description: "--trust-proxy takes IP addresses separated by commas (the proxy's own)")
+            }
+            configuration.trustedProxies = Set(addresses.map(ForwardedFor.canonical))
+        }
         return configuration
+    }
+
+    /// A PEM file's text, checked now: a relay that cannot serve TLS must not start on plain HTTP.
+    private static func readPEM(_ path: String, flag: String) throws -> String {
+        guard let bytes = try? FileIO.read(path: path), let text = String(validating: bytes, as: UTF8.self),
+              text.contains("-----BEGIN ") else {
+            throw CommandLineOptions.UsageError(description: "\(flag) \(path) is not a readable PEM file")
+        }
+        return text
     }
 
     /// `sqlite` (or `sqlite:`): the default. A PostgreSQL URL is refused plainly: not built yet.

@@ -45,6 +45,9 @@ public struct RelayConfiguration: Sendable {
     public var inviteLifetimeMilliseconds: Int64 = 7 * 86_400_000
     /// Log level.
     public var logLevel: Logger.Level = .info
+    /// The TLS proxy in front (`--trust-proxy`): from these peers, the client is read from
+    /// `X-Forwarded-For`; from anyone else that header is ignored.
+    public var trustedProxies: Set<String> = []
 
     /// The shortest idempotency retention allowed: a composer retries at least this often (its
     /// backoff is capped at an hour), so a retry always finds the key it used.

@@ -8,6 +8,8 @@ struct HistoryRoute: Sendable {
     var warnAfterMilliseconds: Int64 = 3_600_000
     /// The undo window memos get by default (`--undo-seconds`).
     var undoMilliseconds: Int64 = 0
+    /// Memos go through a Jotter relay, to an address the page's Settings confirm (`/destination`).
+    var asksForAddress = false
     var clock: any WallClock = SystemClock()
     static let defaultLimit = 50
     static let maxLimit = 500
@@ -121,6 +123,7 @@ struct HistoryRoute: Sendable {
                     json.field("warn_after_seconds", warnAfterMilliseconds / 1000)
                 }
                 json.field("undo_seconds", undoMilliseconds / 1000)
+                if asksForAddress { json.field("asks_for_address", true) }
                 json.key("relay")
                 Self.write(relay, to: &json)
                 if let destination { json.field("destination", destination) }
