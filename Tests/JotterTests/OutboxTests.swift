@@ -652,3 +652,22 @@ enum Evidence {
         #expect(throws: DatabaseError.self) { _ = try outbox.history.latest(limit: 10) }
     }
 }
+
+@Suite struct OutboxWakeUpTests {
+    /// The worker's wake-up after each commit costs the same on the thousandth memo as on the first:
+    /// the handler is called through a constant stack (it used to gain two reabstraction thunks per
+    /// commit — a profile found half of the server's CPU in them, and enough memos would overflow the stack).
+    @Test func theAcceptedHandlerDoesNotGrowWithUse() async throws {
+        let directory = TemporaryDirectory()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: try SymmetricKey.random())
+        defer { outbox.close() }
+        let depths = Mutex<[Int]>([])
+        outbox.setOnAccepted { depths.withLock { $0.append(Thread.callStackSymbols.count) } }
+        for index in 0..<200 {
+            _ = try await outbox.enqueue(MemoDraft(body: "memo \(index)"))   // each its own commit
+        }
+        let seen = depths.withLock { $0 }
+        #expect(seen.count >= 100, "commits seen: \(seen.count)")
+        #expect((seen.max() ?? 0) - (seen.min() ?? 0) < 10, "the call stack grew: \(seen.prefix(3)) … \(seen.suffix(3))")
+    }
+}

@@ -17,7 +17,14 @@ final class GroupCommit: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let pending = Mutex<(items: [Pending], scheduled: Bool)>(([], false))
-    private let onAccepted = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Boxed: a bare function type in a `Mutex` is reabstracted on every `withLock` that hands it out
+    /// *and* written back as `inout`, so each read wrapped it in two more thunks — after a day of
+    /// accepts, one call walked thousands of them (a profile showed half the CPU there).
+    private final class Handler: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+    private let onAccepted = Mutex<Handler?>(nil)
 
     init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger) {
         self.database = database
@@ -28,7 +35,7 @@ final class GroupCommit: Sendable {
 
     /// Called (on the writer queue) after a batch that stored at least one new memo commits.
     func setOnAccepted(_ handler: (@Sendable () -> Void)?) {
-        onAccepted.withLock { $0 = handler }
+        onAccepted.withLock { $0 = handler.map(Handler.init) }
     }
 
     /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
@@ -74,7 +81,7 @@ final class GroupCommit: Sendable {
             item.completion(outcome)
         }
         if outcomes.contains(where: { if case .success(.accepted) = $0 { true } else { false } }) {
-            onAccepted.withLock { $0 }?()
+            onAccepted.withLock { $0 }?.run()
         }
     }
 }
