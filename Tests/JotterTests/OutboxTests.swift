@@ -671,3 +671,47 @@ enum Evidence {
         #expect((seen.max() ?? 0) - (seen.min() ?? 0) < 10, "the call stack grew: \(seen.prefix(3)) … \(seen.suffix(3))")
     }
 }
+
+@Suite struct OutboxMigrationTests {
+    /// A database from before migration 7 (AUTOINCREMENT, a unique index holding every NULL key) comes
+    /// through with its memos, their order, and their idempotency keys still recognised.
+    @Test func aVersion6DatabaseKeepsItsMemosAndKeys() async throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("jotter.db")
+        let key = try SymmetricKey.random()
+        // Memos written by the current code, then the table taken back to its version 6 shape.
+        var ids: [String] = []
+        do {
+            let outbox = try Outbox(path: path, key: key)
+            ids.append(try await outbox.enqueue(MemoDraft(body: "first", idempotencyKey: "key-1")).id)
+            ids.append(try await outbox.enqueue(MemoDraft(body: "second")).id)
+            outbox.close()
+        }
+        do {
+            let database = try Database(path: path)
+            try database.execute("""
+                CREATE TABLE old (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                    created_at INTEGER NOT NULL, sealed_payload BLOB, sealed_subject BLOB, status TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER, lease_until INTEGER,
+                    delivered_at INTEGER, last_error TEXT, idempotency_hash BLOB UNIQUE, payload_hash BLOB NOT NULL,
+                    backoff_step INTEGER NOT NULL DEFAULT 0, key_id BLOB);
+                INSERT INTO old SELECT * FROM messages;
+                DROP TABLE messages; ALTER TABLE old RENAME TO messages;
+                CREATE INDEX messages_waiting ON messages(next_attempt_at, seq) WHERE status IN ('queued', 'retrying');
+                CREATE INDEX messages_in_flight ON messages(lease_until) WHERE status = 'sending';
+                PRAGMA user_version = 6;
+                """)
+            database.close()
+        }
+        let outbox = try Outbox(path: path, key: key)
+        defer { outbox.close() }
+        #expect(try outbox.history.latest(limit: 10).map(\.id) == ids.reversed())
+        #expect(try await outbox.enqueue(MemoDraft(body: "first", idempotencyKey: "key-1")) == .replayed(id: ids[0]))
+        let third = try await outbox.enqueue(MemoDraft(body: "third")).id
+        #expect(try outbox.history.latest(limit: 1).first?.id == third, "a new memo sorts after the old ones")
+        let sql = try outbox.database.read { database in
+            try database.statement("SELECT sql FROM sqlite_master WHERE name = 'messages'").firstRow { $0.text(0) } ?? nil
+        }
+        #expect(sql?.contains("AUTOINCREMENT") == false)
+    }
+}

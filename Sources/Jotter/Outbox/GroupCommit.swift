@@ -39,14 +39,36 @@ final class GroupCommit: Sendable {
     }
 
     /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
-    func enqueue(_ draft: MemoDraft, completion: @escaping Completion) {
-        let schedule = pending.withLock { state -> Bool in
-            state.items.append(Pending(draft: draft, completion: completion))
-            if state.scheduled { return false }
+    ///
+    /// With `inline`, when no batch is gathering, the memo is committed at once on the calling thread (one client
+    /// posting one memo at a time: no hop to the writer's thread and back, and the answer goes out
+    /// before the request callback returns, so the connection is never suspended). Memos arriving
+    /// meanwhile gather into the next batch, as always.
+    func enqueue(_ draft: MemoDraft, inline: Bool, completion: @escaping Completion) {
+        let item = Pending(draft: draft, completion: completion)
+        enum Next { case inline, schedule, joined }
+        let next = pending.withLock { state -> Next in
+            if state.scheduled {
+                state.items.append(item)
+                return .joined
+            }
             state.scheduled = true
-            return true
+            if inline && !database.isWriterQueue { return .inline }   // (the writer must not wait for itself)
+            state.items.append(item)
+            return .schedule
         }
-        if schedule { database.async { self.commitBatch() } }
+        switch next {
+        case .joined: return
+        case .schedule: database.async { self.commitBatch() }
+        case .inline:
+            database.sync { commit([item]) }
+            // Whatever gathered meanwhile goes in the next batch; with nothing, the writer is free again.
+            let more = pending.withLock { state -> Bool in
+                if state.items.isEmpty { state.scheduled = false }
+                return !state.items.isEmpty
+            }
+            if more { database.async { self.commitBatch() } }
+        }
     }
 
     /// One batch: everything pending now, one transaction. Re-schedules itself (rather than looping)
@@ -60,7 +82,11 @@ final class GroupCommit: Sendable {
         }
         guard !batch.isEmpty else { return }
         defer { database.async { self.commitBatch() } }
+        commit(batch)
+    }
 
+    /// One transaction for `batch`, then each completion, then the worker's wake-up.
+    private func commit(_ batch: [Pending]) {
         let now = clock.nowMilliseconds()
         var outcomes: [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] = []
         outcomes.reserveCapacity(batch.count)

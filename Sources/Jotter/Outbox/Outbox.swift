@@ -90,9 +90,13 @@ public final class Outbox: Sendable {
     // MARK: Accept
 
     /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
-    public func enqueue(_ draft: MemoDraft,
+    ///
+    /// `callerMayBlock`: the caller's thread may wait for one COMMIT (libmicrohttpd's request threads
+    /// may): when no batch is gathering, the memo is then committed on it at once. Never from a Dispatch
+    /// or Swift concurrency worker thread: blocking one can starve the writer's own thread.
+    public func enqueue(_ draft: MemoDraft, callerMayBlock: Bool = false,
                         completion: @escaping @Sendable (Result<EnqueueOutcome, EnqueueError>) -> Void) {
-        accepting.enqueue(draft, completion: completion)
+        accepting.enqueue(draft, inline: callerMayBlock, completion: completion)
     }
 
     /// `enqueue` for async callers.

@@ -15,6 +15,7 @@ public final class DatabaseQueue: @unchecked Sendable {
     private let reader: Database
     private let readerLock = Mutex(())
     private let queue = DispatchQueue(label: "jotter.database.writer", qos: .userInitiated)
+    private let onWriter = DispatchSpecificKey<Bool>()
     /// The database file.
     public let path: String
 
@@ -29,7 +30,11 @@ public final class DatabaseQueue: @unchecked Sendable {
         self.writer = writer
         self.reader = reader
         self.path = path
+        queue.setSpecific(key: onWriter, value: true)
     }
+
+    /// True on the writer queue (where `sync` and `write` must not be called).
+    public var isWriterQueue: Bool { DispatchQueue.getSpecific(key: onWriter) == true }
 
     private static func configure(_ database: Database) throws {
         try database.execute("PRAGMA busy_timeout = 5000")
@@ -51,6 +56,13 @@ public final class DatabaseQueue: @unchecked Sendable {
     public func write<T: Sendable>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         dispatchPrecondition(condition: .notOnQueue(queue))
         return try queue.sync { try transaction(durable: durable, body) }
+    }
+
+    /// Runs `work` on the writer queue and waits for it: on the calling thread when the queue is idle
+    /// (GCD runs a `sync` block in place), so an idle writer costs no thread switch.
+    public func sync(_ work: () -> Void) {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        queue.sync(execute: work)
     }
 
     /// Runs `work` on the writer queue later (a group commit gathers its batch there).

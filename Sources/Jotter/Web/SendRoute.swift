@@ -51,8 +51,10 @@ struct SendRoute: Sendable {
         }
         let navigation = Self.isFormNavigation(request)
         let fromPage = !navigation && request.headers["Sec-Fetch-Site"] == "same-origin"
+        // On libmicrohttpd's thread, which may wait for one COMMIT: a lone memo is stored without a
+        // thread switch, and its 204 goes out without suspending the connection.
         outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first,
-                                 undoMilliseconds: undo)) { result in
+                                 undoMilliseconds: undo), callerMayBlock: true) { result in
             switch result {
             case .success(let outcome):
                 var response = navigation
