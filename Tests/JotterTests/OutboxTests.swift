@@ -715,3 +715,19 @@ enum Evidence {
         #expect(sql?.contains("AUTOINCREMENT") == false)
     }
 }
+
+@Suite struct UUIDTests {
+    @Test func randomUUIDsAreVersion4AndDistinct() throws {
+        var seen = Set<String>()
+        for _ in 0..<1000 {
+            let text = try SecureRandom.uuid()
+            #expect(text.count == 36 && text == text.lowercased())
+            let parsed = try #require(UUID(uuidString: text), "not a UUID: \(text)")
+            #expect(parsed.uuidString.lowercased() == text)
+            #expect(Array(text)[14] == "4", "version 4: \(text)")
+            #expect("89ab".contains(Array(text)[19]), "RFC 4122 variant: \(text)")
+            seen.insert(text)
+        }
+        #expect(seen.count == 1000)
+    }
+}

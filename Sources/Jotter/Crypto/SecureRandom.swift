@@ -10,3 +10,22 @@ public enum SecureRandom {
         return bytes
     }
 }
+
+extension SecureRandom {
+    /// A random (version 4) UUID in lowercase, from OpenSSL's CSPRNG — the ids of memos, relay messages
+    /// and devices. (Foundation's `UUID()` opened, read and closed /dev/urandom for each one.)
+    public static func uuid() throws -> String {
+        var bytes = try bytes(count: 16)
+        bytes[6] = bytes[6] & 0x0F | 0x40   // version 4
+        bytes[8] = bytes[8] & 0x3F | 0x80   // RFC 4122 variant
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if [4, 6, 8, 10].contains(index) { text.append(UInt8(ascii: "-")) }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

@@ -1,5 +1,3 @@
-import Foundation
-
 /// The `messages` table as SQL: inserting an accepted memo, and reading and writing a memo's
 /// `DeliveryLifecycle` exactly as the lifecycle decided it. It decides nothing itself. Every method
 /// runs inside a transaction its caller opened on the `DatabaseQueue`.
@@ -25,7 +23,7 @@ struct MessageStore: Sendable {
                     ? .success(.replayed(id: id)) : .failure(.idempotencyConflict)
             }
         }
-        let id = UUID().uuidString.lowercased()
+        let id = try SecureRandom.uuid()
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
                                   body: draft.body, recipient: draft.recipient)

@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 
 /// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
 /// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
@@ -107,7 +106,7 @@ public final class RelayService: Sendable {
         if !charges.isEmpty, case .refused(let states) = try store.spend(charges, now: now) {
             return .limited(states)
         }
-        let id = UUID().uuidString.lowercased()
+        let id = try SecureRandom.uuid()
         let secret = try RelayKeys.newSecret(prefix: "jrs_")
         guard try store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
                                              inviteHash: inviteHash, now: now) else { return .inviteInvalid }

@@ -1,4 +1,3 @@
-import Foundation
 import Synchronization
 
 /// LAN pairing: one-time pairing links (10 minutes, single use, any number of them) are exchanged for
@@ -119,7 +118,7 @@ public final class DeviceRegistry: Sendable {
                 try database.run("UPDATE pairing_tokens SET used_at = ? WHERE token_hash = ?",
                                  [.integer(now), .blob(key)])
                 let deviceToken = try Self.newToken()
-                let device = Device(id: UUID().uuidString.lowercased(), name: name.isEmpty ? "Device" : name,
+                let device = Device(id: try SecureRandom.uuid(), name: name.isEmpty ? "Device" : name,
                                     createdAt: now, lastSeenAt: now, revokedAt: nil)
                 try database.run(
                     "INSERT INTO devices (id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)",
