@@ -55,18 +55,8 @@ case .service(let action, let configuration):
     let binary = length > 0 ? String(decoding: path.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
         : CommandLine.arguments[0]
     do {
-        print(try ServiceCommand.run(action, binary: binary, configuration: configuration, environment: environment) { words in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/systemctl")
-            process.arguments = ["--user"] + words
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            guard (try? process.run()) != nil else { return (127, "systemctl not found") }
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-        })
+        print(try ServiceCommand.run(action, binary: binary, configuration: configuration, environment: environment,
+                                     systemctl: ServiceCommand.systemctl))
     } catch {
         FileHandle.standardError.write(Data("jotter service: \(error)\n".utf8))
         exit(1)

@@ -92,6 +92,28 @@ public enum ServiceCommand {
         return (environment["HOME"] ?? "/root") + "/.config/systemd/user"
     }
 
+    /// Runs `/usr/bin/systemctl --user WORDS`: its exit status (the signal's number if a signal ended
+    /// it; 127 if it cannot be started) and what it wrote to standard output and error, together.
+    public static func systemctl(_ words: [String]) -> (status: Int32, output: String) {
+        let child: ChildProcess
+        let output: Int32?
+        do {
+            (child, _, output) = try ChildProcess.spawn("/usr/bin/systemctl", arguments: ["--user"] + words,
+                                                        input: .inherit, output: .pipe)
+        } catch {
+            return (127, "systemctl not found")
+        }
+        var bytes: [UInt8] = []
+        if let output {
+            bytes = (try? FileIO.readAll(output, limit: 1 << 20)) ?? []
+            close(output)  // if it has more to say, it is told so (EPIPE) rather than waited on forever
+        }
+        switch try? child.wait() {
+        case .exited(let status)?, .signalled(let status)?: return (status, String(decoding: bytes, as: UTF8.self))
+        case nil: return (127, String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
     /// Runs `action`; returns the text to print. `systemctl` runs `systemctl --user …` (injected for tests).
     public static func run(_ action: Action, binary: String, configuration: Configuration,
                            environment: [String: String],

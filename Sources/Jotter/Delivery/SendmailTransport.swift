@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 
 /// Pipes each message to the local MTA: `sendmail -t -i` (recipients from the headers; a line with a
 /// lone `.` is not the end). The exit status decides: 0 sent, 75 (`EX_TEMPFAIL`) and signals retry,
@@ -19,16 +19,9 @@ public struct SendmailTransport: Transport {
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         _ = Self.ignoreBrokenPipes
-        guard FileManager.default.isExecutableFile(atPath: path) else {
+        guard access(path, X_OK) == 0 else {
             throw DeliveryFailure(.configuration, permanent: true)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["-t", "-i"]
-        let input = Pipe()
-        process.standardInput = input
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice  // its text may quote addresses
         // A local MTA reads local line endings.
         let bytes = message.rendered()
         var local: [UInt8] = []
@@ -37,23 +30,31 @@ public struct SendmailTransport: Transport {
         where !(byte == 13 && index + 1 < bytes.count && bytes[index + 1] == 10) {
             local.append(byte)
         }
+        // Its output is discarded: its text may quote addresses.
+        let child: ChildProcess
+        let input: Int32?
         do {
-            try process.run()
+            (child, input, _) = try ChildProcess.spawn(path, arguments: ["-t", "-i"], input: .pipe, output: .discard)
         } catch {
             throw DeliveryFailure(.configuration, permanent: true)
         }
         // If sendmail exits without reading everything (it refused the message), the write fails with
         // EPIPE: its exit status, not the broken pipe, says what happened.
-        try? input.fileHandleForWriting.write(contentsOf: local)
-        try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
-        if process.terminationReason == .uncaughtSignal {
+        if let input {
+            try? FileIO.write(input, local)
+            close(input)
+        }
+        let termination: ChildProcess.Termination
+        do {
+            termination = try child.wait()
+        } catch {
             throw DeliveryFailure(.io, permanent: false)
         }
-        switch process.terminationStatus {
-        case 0: return DeliveryReceipt()
-        case 75: throw DeliveryFailure(.serverError, permanent: false)
-        default: throw DeliveryFailure(.rejected, permanent: true)
+        switch termination {
+        case .signalled: throw DeliveryFailure(.io, permanent: false)
+        case .exited(0): return DeliveryReceipt()
+        case .exited(75): throw DeliveryFailure(.serverError, permanent: false)
+        case .exited: throw DeliveryFailure(.rejected, permanent: true)
         }
     }
 }
