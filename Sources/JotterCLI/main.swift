@@ -1,8 +1,32 @@
 import Dispatch
-import Foundation
+import Glibc
 import Jotter
 
 // The thin executable: read flags and environment into a Configuration, start, wait for a signal, stop.
+
+/// Writes all of `text` to `fd` (1 or 2) at once, unbuffered.
+func write(_ text: String, to fd: Int32) {
+    var bytes = Array(text.utf8)[...]
+    while !bytes.isEmpty {
+        let count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        guard count > 0 else { return }
+        bytes = bytes.dropFirst(count)
+    }
+}
+
+/// Everything on standard input, up to its end (nil if it cannot be read).
+func readStandardInput() -> [UInt8]? {
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+        if count < 0 && errno == EINTR { continue }
+        guard count >= 0 else { return nil }
+        if count == 0 { return bytes }
+        bytes += buffer[..<count]
+    }
+}
 
 /// After the start lines: flushes them (scripts wait for them), then runs until SIGINT or SIGTERM,
 /// when `stop` drains and stops everything and the process exits 0.
@@ -24,13 +48,13 @@ func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
     withExtendedLifetime(sources) { dispatchMain() }
 }
 
-let environment = ProcessInfo.processInfo.environment
+let environment = ProcessEnvironment.current
 let command: CommandLineOptions.Command
 do {
     command = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()), environment: environment,
                                            sourceRoot: #filePath)
 } catch {
-    FileHandle.standardError.write(Data("jotter: \(error)\nTry 'jotter --help'.\n".utf8))
+    write("jotter: \(error)\nTry 'jotter --help'.\n", to: 2)
     exit(2)
 }
 
@@ -39,15 +63,15 @@ case .help(let text):
     print(text)
 case .send(let options):
     let result = SendCommand.run(options, readInput: {
-        isatty(0) == 1 ? nil : FileHandle.standardInput.readDataToEndOfFile().map { $0 }
+        isatty(0) == 1 ? nil : readStandardInput()
     })
-    FileHandle.standardOutput.write(Data(result.output.utf8))
-    FileHandle.standardError.write(Data(result.error.utf8))
+    write(result.output, to: 1)
+    write(result.error, to: 2)
     exit(result.status.rawValue)
 case .history(let url, let token, let limit):
     let result = HistoryCommand.run(url: url, token: token, limit: limit)
-    FileHandle.standardOutput.write(Data(result.output.utf8))
-    FileHandle.standardError.write(Data(result.error.utf8))
+    write(result.output, to: 1)
+    write(result.error, to: 2)
     exit(result.status.rawValue)
 case .service(let action, let configuration):
     var path = [CChar](repeating: 0, count: 4096)
@@ -58,7 +82,7 @@ case .service(let action, let configuration):
         print(try ServiceCommand.run(action, binary: binary, configuration: configuration, environment: environment,
                                      systemctl: ServiceCommand.systemctl))
     } catch {
-        FileHandle.standardError.write(Data("jotter service: \(error)\n".utf8))
+        write("jotter service: \(error)\n", to: 2)
         exit(1)
     }
 case .rekey(let dataDirectory):
@@ -67,14 +91,14 @@ case .rekey(let dataDirectory):
         let resumed = report.resumed ? " (finished an interrupted rekey)" : ""
         print("Re-sealed \(report.resealed) memos under a new key\(resumed).")
     } catch {
-        FileHandle.standardError.write(Data("jotter rekey: \(error)\n".utf8))
+        write("jotter rekey: \(error)\n", to: 2)
         exit(1)
     }
 case .pair(let dataDirectory):
     do {
         print(try PairCommand.run(dataDirectory: dataDirectory, credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
     } catch {
-        FileHandle.standardError.write(Data("jotter pair: \(error)\n".utf8))
+        write("jotter pair: \(error)\n", to: 2)
         exit(1)
     }
 case .devices(let dataDirectory, let action):
@@ -82,7 +106,7 @@ case .devices(let dataDirectory, let action):
         print(try DevicesCommand.run(dataDirectory: dataDirectory, action: action,
                                      credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
     } catch {
-        FileHandle.standardError.write(Data("jotter devices: \(error)\n".utf8))
+        write("jotter devices: \(error)\n", to: 2)
         exit(1)
     }
 case .relayInvite(let dataDirectory):
@@ -90,7 +114,7 @@ case .relayInvite(let dataDirectory):
         print(try RelayInviteCommand.run(dataDirectory: dataDirectory,
                                          credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
     } catch {
-        FileHandle.standardError.write(Data("jotter relay invite: \(error)\n".utf8))
+        write("jotter relay invite: \(error)\n", to: 2)
         exit(1)
     }
 case .relay(let configuration):
@@ -101,7 +125,7 @@ case .relay(let configuration):
         try relay.start()
     } catch {
         LogSink.standardError.flush()
-        FileHandle.standardError.write(Data("jotter relay: cannot start: \(error)\n".utf8))
+        write("jotter relay: cannot start: \(error)\n", to: 2)
         exit(1)
     }
     let scheme = configuration.http.tls == nil ? "http" : "https"
@@ -115,7 +139,7 @@ case .serve(let configuration):
         try application.start()
     } catch {
         LogSink.standardError.flush()
-        FileHandle.standardError.write(Data("jotter: cannot start: \(error)\n".utf8))
+        write("jotter: cannot start: \(error)\n", to: 2)
         exit(1)
     }
     for line in LANBanner.listeningLines(host: configuration.http.host, port: application.port,

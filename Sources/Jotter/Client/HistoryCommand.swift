@@ -28,7 +28,7 @@ public enum HistoryCommand {
             var subject = entry["subject"]?.string ?? "—"
             subject = subject.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : String($0) }.joined()
             if subject.count > 40 { subject = String(subject.prefix(39)) + "…" }
-            rows.append([String(created.prefix(19)).replacingOccurrences(of: "T", with: " "),
+            rows.append([String(created.prefix(19)).replacingLiterally("T", with: " "),
                          entry["status"]?.string ?? "?", entry["attempts"]?.integer.map(String.init) ?? "0",
                          subject, note])
         }

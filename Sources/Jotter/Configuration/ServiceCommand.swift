@@ -80,9 +80,9 @@ public enum ServiceCommand {
 
     /// A word for ExecStart: quoted when it has spaces, quotes or backslashes; `%` and `$` escaped.
     static func quoted(_ word: String) -> String {
-        var escaped = word.replacingOccurrences(of: "%", with: "%%").replacingOccurrences(of: "$", with: "$$")
+        var escaped = word.replacingLiterally("%", with: "%%").replacingLiterally("$", with: "$$")
         guard escaped.contains(where: { " \t\"'\\".contains($0) }) || escaped.isEmpty else { return escaped }
-        escaped = escaped.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        escaped = escaped.replacingLiterally("\\", with: "\\\\").replacingLiterally("\"", with: "\\\"")
         return "\"" + escaped + "\""
     }
 
@@ -151,8 +151,8 @@ public enum ServiceCommand {
             return "Stopped and removed \(unitName). Memos and the key stay in the data directory."
         case .status:
             guard access(unitPath, F_OK) == 0 else { return "Not installed ('jotter service install' installs it)." }
-            let active = systemctl(["is-active", unitName]).output.trimmingCharacters(in: .whitespacesAndNewlines)
-            let enabled = systemctl(["is-enabled", unitName]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let active = systemctl(["is-active", unitName]).output.trimmingWhitespaceAndNewlines()
+            let enabled = systemctl(["is-enabled", unitName]).output.trimmingWhitespaceAndNewlines()
             return "\(unitPath): \(active.isEmpty ? "unknown" : active), \(enabled.isEmpty ? "unknown" : enabled) at login."
         }
     }

@@ -97,7 +97,7 @@ public final class MarkdownTransport: Transport {
                     text = String(repeating: " ", count: indent) + "\\" + trimmed
                 }
             }
-            text = text.replacingOccurrences(of: "<!-- jotter:", with: "&lt;!-- jotter:")
+            text = text.replacingLiterally("<!-- jotter:", with: "&lt;!-- jotter:")
             lines.append(text)
         }
         while lines.last == "" { lines.removeLast() }
@@ -109,8 +109,8 @@ public final class MarkdownTransport: Transport {
 
     /// A subject on one line inside `**…**`: its own `*` and markers cannot escape it.
     static func escapeInline(_ text: String) -> String {
-        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "*", with: "\\*")
-            .replacingOccurrences(of: "<!--", with: "&lt;!--")
+        text.replacingLiterally("\\", with: "\\\\").replacingLiterally("*", with: "\\*")
+            .replacingLiterally("<!--", with: "&lt;!--")
     }
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {

@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 
 /// A relay URL, parsed: which transport, and the envelope addresses it implies.
 ///
@@ -167,7 +167,7 @@ public struct RelayURL: Sendable {
 
     /// The CA bundle to verify the relay with: `?ca=PATH`, else `SSL_CERT_FILE` or `CURL_CA_BUNDLE`
     /// (as OpenSSL and curl read them), else the system's. Checked now, not at the first delivery.
-    static func caFile(_ url: URLParts, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String? {
+    static func caFile(_ url: URLParts, environment: [String: String] = ProcessEnvironment.current) throws -> String? {
         let given = url.queryValue("ca").map { ("?ca=", $0) }
             ?? environment["SSL_CERT_FILE"].flatMap { $0.isEmpty ? nil : ("SSL_CERT_FILE", $0) }
             ?? environment["CURL_CA_BUNDLE"].flatMap { $0.isEmpty ? nil : ("CURL_CA_BUNDLE", $0) }
@@ -193,15 +193,15 @@ public struct RelayURL: Sendable {
             let user = String(cString: name)
             if !user.isEmpty { return user }
         }
-        return ProcessInfo.processInfo.environment["USER"] ?? "root"
+        return getenv("USER").map { String(cString: $0) } ?? "root"
     }
 
     /// `name <a@b>` or `a@b`.
     static func address(_ text: String) throws -> MailAddress {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         if let open = trimmed.lastIndex(of: "<"), trimmed.hasSuffix(">") {
             let address = String(trimmed[trimmed.index(after: open)..<trimmed.index(before: trimmed.endIndex)])
-            let name = trimmed[..<open].trimmingCharacters(in: CharacterSet(charactersIn: " \""))
+            let name = trimmed[..<open].trimmingScalars { $0 == " " || $0 == "\"" }
             guard isAddress(address) else { throw Failure.invalid("not an email address in from=/to=") }
             return MailAddress(name: name, address: address)
         }

@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 import Synchronization
 
 /// The durable outbox: every accepted memo is a row in SQLite, sealed with AES-256-GCM.

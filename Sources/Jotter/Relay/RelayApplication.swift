@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 import Glibc
 import Synchronization
 
@@ -141,12 +140,16 @@ public final class RelayApplication: Sendable {
     }
 
     /// The mail URL with a placeholder `to=` when a `resend://` URL has none: `RelayURL` wants a
-    /// recipient for it, but each relay message carries its own. (SMTP URLs need none.)
+    /// recipient for it, but each relay message carries its own. (SMTP URLs need none.) The rest of
+    /// the URL stays as written; the item goes at the end of the query, before any `#fragment`.
     static func withRecipientPlaceholder(_ mail: String) -> String {
         let scheme = mail.prefix(while: { $0 != ":" }).lowercased()
-        guard scheme == "resend", var url = URLComponents(string: mail),
-              !(url.queryItems ?? []).contains(where: { $0.name == "to" }) else { return mail }
-        url.queryItems = (url.queryItems ?? []) + [URLQueryItem(name: "to", value: "recipient@relay.invalid")]
-        return url.string ?? mail
+        guard scheme == "resend", let url = URLParts(mail), !url.query.contains(where: { $0.name == "to" }) else {
+            return mail
+        }
+        let fragment = mail.firstIndex(of: "#") ?? mail.endIndex
+        let head = mail[..<fragment]
+        let separator = !head.contains("?") ? "?" : head.hasSuffix("?") || head.hasSuffix("&") ? "" : "&"
+        return head + separator + "to=recipient@relay.invalid" + mail[fragment...]
     }
 }

@@ -1,5 +1,3 @@
-import Foundation
-
 /// The mail that carries a verification code: a fixed template per language. Nothing a requester
 /// typed appears in it; the only thing of theirs in the mail is the address it goes to.
 enum VerificationMail {
@@ -11,7 +9,7 @@ enum VerificationMail {
     /// `zh` → `zh-Hans`), else English.
     static func language(for tag: String?) -> String {
         guard let tag, !tag.isEmpty, tag.utf8.count <= 35 else { return "en" }
-        let lower = tag.lowercased().replacingOccurrences(of: "_", with: "-")
+        let lower = tag.lowercased().replacingLiterally("_", with: "-")
         if let exact = languages.first(where: { $0.lowercased() == lower }) { return exact }
         let subtags = lower.split(separator: "-")
         guard let primary = subtags.first else { return "en" }
@@ -25,8 +23,8 @@ enum VerificationMail {
     /// The subject and body for `code` in `language` (one of `languages`; others get English).
     static func render(code: String, language: String) -> (subject: String, body: String) {
         let template = templates[language] ?? templates["en"] ?? ("", "")
-        return (template.subject.replacingOccurrences(of: "{code}", with: code),
-                template.body.replacingOccurrences(of: "{code}", with: code))
+        return (template.subject.replacingLiterally("{code}", with: code),
+                template.body.replacingLiterally("{code}", with: code))
     }
 
     private static let templates: [String: (subject: String, body: String)] = [

@@ -51,7 +51,7 @@ enum DeviceName {
             return nil
         }
         var model = String(parts[android + 1])
-        if let build = model.range(of: " Build/") { model = String(model[..<build.lowerBound]) }
+        if let build = model.firstLiteralRange(of: " Build/") { model = String(model[..<build.lowerBound]) }
         guard !model.isEmpty, model != "K", !model.hasPrefix("wv") else { return nil }
         return String(model.prefix(40))
     }

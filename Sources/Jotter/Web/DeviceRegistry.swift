@@ -84,8 +84,8 @@ public final class DeviceRegistry: Sendable {
     /// 32 random bytes, base64url without padding.
     static func newToken() throws -> String {
         MIME.base64(try SecureRandom.bytes(count: 32))
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacingLiterally("+", with: "-").replacingLiterally("/", with: "_")
+            .replacingLiterally("=", with: "")
     }
 
     /// A new one-time pairing link secret, valid for 10 minutes. Any number may be live at once.

@@ -1,5 +1,3 @@
-import Foundation
-
 /// The page's languages: translations loaded from `Public/i18n/<tag>.json`, and the choice of one
 /// for a request (`?lang=` first, then `Accept-Language`, then English).
 struct Localization: Sendable {
@@ -29,14 +27,24 @@ struct Localization: Sendable {
         var strings: [String: [String: String]] = [:]
         var files: [String: [UInt8]] = [:]
         for tag in Self.supported {
-            guard let data = FileManager.default.contents(atPath: "\(directory)/\(tag).json") else { continue }
-            guard let table = try JSONSerialization.jsonObject(with: data) as? [String: String] else {
-                throw PageRoute.LoadError.invalidTranslations(tag: tag)
-            }
+            // A missing or unreadable file is skipped; one that is read must be valid.
+            guard let data = try? FileIO.read(path: "\(directory)/\(tag).json") else { continue }
+            guard let table = Self.table(data) else { throw PageRoute.LoadError.invalidTranslations(tag: tag) }
             strings[tag] = table
-            files[tag] = Array(data)
+            files[tag] = data
         }
         self.init(strings: strings, files: files)
+    }
+
+    /// A JSON object whose values are all strings, as a dictionary; nil for anything else.
+    static func table(_ bytes: [UInt8]) -> [String: String]? {
+        guard case .object(let members) = try? JSONValue.parse(bytes) else { return nil }
+        var table: [String: String] = [:]
+        for (key, value) in members {
+            guard let text = value.string else { return nil }
+            table[key] = text
+        }
+        return table
     }
 
     /// The tag for a request: a valid `?lang=`, else the best `Accept-Language` match, else English.
@@ -69,7 +77,7 @@ struct Localization: Sendable {
 
     /// Maps a language range to a shipped tag: exact, Chinese script by region, or the primary language.
     static func match(_ range: String, in available: [String]) -> String? {
-        let lowered = range.lowercased().replacingOccurrences(of: "_", with: "-")
+        let lowered = range.lowercased().replacingLiterally("_", with: "-")
         if let exact = available.first(where: { $0.lowercased() == lowered }) { return exact }
         let subtags = lowered.split(separator: "-").map(String.init)
         guard let primary = subtags.first else { return nil }

@@ -15,7 +15,7 @@ struct MediaType {
             if value.count >= 2 && value.hasPrefix("\"") && value.hasSuffix("\"") {
                 value = value.dropFirst().dropLast()
             }
-            parameters[name] = String(value).replacingOccurrences(of: "\\\"", with: "\"")
+            parameters[name] = String(value).replacingLiterally("\\\"", with: "\"")
         }
     }
 

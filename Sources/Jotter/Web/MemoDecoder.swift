@@ -58,7 +58,7 @@ public enum MemoDecoder {
     /// CRLF and lone CR become LF: one memo, one representation, whichever client sent it.
     private static func normalizeLineBreaks(_ text: String) -> String {
         guard text.utf8.contains(13) else { return text }
-        return text.replacingOccurrences(of: "\r\n", with: "\n").replacingOccurrences(of: "\r", with: "\n")
+        return text.replacingLiterally("\r\n", with: "\n").replacingLiterally("\r", with: "\n")
     }
 
     // MARK: application/x-www-form-urlencoded

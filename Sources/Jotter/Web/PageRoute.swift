@@ -1,5 +1,3 @@
-import Foundation
-
 /// `GET /`: the page, rendered once per language at start and held in memory, with a
 /// Content-Security-Policy that allows exactly its own inline `<style>` and `<script>` (by SHA-256
 /// hash) and nothing from any other origin.
@@ -34,7 +32,7 @@ struct PageRoute: Sendable {
 
     /// Reads the template and translations from `publicDirectory`.
     init(publicDirectory: String, projectURL: String = PageRoute.defaultProjectURL, lan: Bool = false) throws {
-        guard let data = FileManager.default.contents(atPath: publicDirectory + "/index.html") else {
+        guard let data = try? FileIO.read(path: publicDirectory + "/index.html") else {
             throw LoadError.missing(path: publicDirectory + "/index.html")
         }
         let localization = try Localization(directory: publicDirectory + "/i18n")
@@ -128,10 +126,10 @@ struct PageRoute: Sendable {
         var output = ""
         output.reserveCapacity(template.utf8.count + 1024)
         var rest = template[...]
-        while let open = rest.range(of: "{{") {
+        while let open = rest.firstLiteralRange(of: "{{") {
             output += rest[..<open.lowerBound]
             let afterOpen = rest[open.upperBound...]
-            guard let close = afterOpen.range(of: "}}"),
+            guard let close = afterOpen.firstLiteralRange(of: "}}"),
                   afterOpen.distance(from: afterOpen.startIndex, to: close.lowerBound) <= 64,
                   let value = values[String(afterOpen[..<close.lowerBound])] else {
                 output += "{{"
@@ -165,9 +163,9 @@ struct PageRoute: Sendable {
     static func elementContents(tag: String, in html: String) -> [Substring] {
         var results: [Substring] = []
         var searchStart = html.startIndex
-        while let open = html.range(of: "<\(tag)", range: searchStart..<html.endIndex),
-              let openEnd = html.range(of: ">", range: open.upperBound..<html.endIndex),
-              let close = html.range(of: "</\(tag)>", range: openEnd.upperBound..<html.endIndex) {
+        while let open = html[searchStart...].firstLiteralRange(of: "<\(tag)"),
+              let openEnd = html[open.upperBound...].firstLiteralRange(of: ">"),
+              let close = html[openEnd.upperBound...].firstLiteralRange(of: "</\(tag)>") {
             results.append(html[openEnd.upperBound..<close.lowerBound])
             searchStart = close.upperBound
         }

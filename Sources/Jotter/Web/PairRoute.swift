@@ -1,5 +1,3 @@
-import Foundation
-
 /// The certificate authority a phone trusts once (LAN mode over HTTPS): what the pairing screen offers.
 public struct TrustAnchor: Sendable {
     /// SHA-256 of the CA certificate, `AB:CD:…`, to compare with what the phone shows.

@@ -1,5 +1,3 @@
-import Foundation
-
 /// `GET /rating` (the counters) and `POST /rating` (`{"event":"shown"|"dismissed"|"rated","stars":1-5}`).
 struct RatingRoute: Sendable {
     let store: RatingStore

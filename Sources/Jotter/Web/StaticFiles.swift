@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 
 /// Other files in `Public/` (manifest, icons), loaded once at start and served by name.
 struct StaticFiles: Sendable {
@@ -6,13 +6,32 @@ struct StaticFiles: Sendable {
 
     init(publicDirectory: String) {
         var files: [String: (type: String, body: [UInt8])] = [:]
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: publicDirectory)) ?? []
-        for name in names where name != "index.html" && !name.hasPrefix(".") {
-            guard let type = Self.contentTypes[(name as NSString).pathExtension.lowercased()],
-                  let data = FileManager.default.contents(atPath: publicDirectory + "/" + name) else { continue }
-            files[name] = (type, Array(data))
+        for name in Self.names(in: publicDirectory) where name != "index.html" && !name.hasPrefix(".") {
+            guard let type = Self.contentTypes[Self.pathExtension(name).lowercased()],
+                  let data = try? FileIO.read(path: publicDirectory + "/" + name) else { continue }
+            files[name] = (type, data)
         }
         self.files = files
+    }
+
+    /// The names in `directory` (none when it cannot be read).
+    static func names(in directory: String) -> [String] {
+        guard let stream = opendir(directory) else { return [] }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// What follows the name's last dot (`icon.svg` → `svg`); "" when there is none, or only a leading one.
+    static func pathExtension(_ name: String) -> String {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
+        return String(name[name.index(after: dot)...])
     }
 
     static let contentTypes = [

@@ -57,7 +57,7 @@ enum CertificateNames {
             }
         }
         guard let subject = entries.first(where: { $0.hasPrefix("Subject:") }),
-              let range = subject.range(of: "CN = ") ?? subject.range(of: "CN=") else { return [] }
+              let range = subject.firstLiteralRange(of: "CN = ") ?? subject.firstLiteralRange(of: "CN=") else { return [] }
         let common = subject[range.upperBound...].prefix { $0 != "," && $0 != "/" }
         let name = common.trimmingCharacters(in: " ")
         return name.isEmpty ? [] : [String(name)]
