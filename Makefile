@@ -7,14 +7,15 @@ HOST ?= 127.0.0.1
 ARGS ?=
 
 # What building and running needs.
-RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev zlib1g-dev
+RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libqrencode-dev zlib1g-dev libpq-dev
 # What the tests need besides: Debian's Python (an independent reader of delivered mail),
 # a real SMTP server, a browser, a QR decoder (zbar) and an SVG renderer (librsvg) to read the pairing code,
 # notmuch (GMime) as a second reader of encoded subjects, and a Japanese font so the page's
 # screenshots (.build/artifacts/phone) show Japanese, not boxes. The other engines' smoke tests: Firefox ESR
 # (Marionette), WebKitGTK's WebKitWebDriver (it brings MiniBrowser) and a private X server for it;
-# systemd for systemd-analyze (the service unit is verified, not run).
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd
+# systemd for systemd-analyze (the service unit is verified, not run); PostgreSQL for the relay's shared
+# store (each test starts a throwaway cluster with initdb).
+TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd postgresql
 # The benchmarks compare against nginx and drive load with wrk.
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 
@@ -60,7 +61,12 @@ interop: build
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
 
+# PostgreSQL's package would create and start a "main" cluster on port 5432; the tests need only its
+# programs (each starts its own throwaway cluster), so that is switched off before it is installed.
 test-deps:
+	@sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; [ -d /usr/lib/postgresql ] || { $$sudo mkdir -p \
+	    /etc/postgresql-common/createcluster.d && echo 'create_main_cluster = false' | \
+	    $$sudo tee /etc/postgresql-common/createcluster.d/jotter-tests.conf >/dev/null; }
 	@bin/install-packages $(TEST_PACKAGES)
 
 clean:

@@ -34,13 +34,18 @@ let package = Package(
             providers: [.apt(["libqrencode-dev"])]
         ),
         .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        .systemLibrary(
             name: "CZlib",
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
         .target(
             name: "Jotter",
-            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode", "CZlib"]
+            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode", "CZlib", "CLibPQ"]
         ),
         .executableTarget(
             name: "JotterCLI",

@@ -1,0 +1,186 @@
+import CLibPQ
+
+/// One libpq connection to PostgreSQL. Not thread-safe: `PostgresPool` lends it to one user at a time.
+///
+/// Parameters go separately from the SQL (`PQexecParams`: text for numbers and strings, binary for
+/// bytes), so no value is ever spliced into a statement. Errors keep the SQLSTATE and drop the
+/// server's text, which may quote the values of the row (a key's hash, an address's).
+final class PostgresConnection {
+    /// A parameter.
+    enum Value: Sendable {
+        case text(String)
+        case integer(Int64)
+        case bytes([UInt8])
+        case null
+    }
+
+    /// A failed statement or connection, by SQLSTATE.
+    struct Failure: Error, CustomStringConvertible, Sendable {
+        /// The SQLSTATE (`40001` serialization failure, `23505` unique violation, …), if the server sent one.
+        var sqlState: String?
+        /// What failed: `connect`, `statement`, `connection_lost`.
+        var kind: String
+
+        var description: String { "PostgreSQL \(kind)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "") }
+
+        /// Worth running the whole transaction again: another transaction won a race.
+        var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
+    }
+
+    /// The rows of a result, as text (NULL as nil), read by column.
+    struct Rows {
+        fileprivate(set) var values: [[String?]]
+
+        var count: Int { values.count }
+        var first: Row? { values.first.map(Row.init) }
+        var all: [Row] { values.map(Row.init) }
+    }
+
+    /// One row.
+    struct Row {
+        let fields: [String?]
+
+        func text(_ column: Int) -> String? { fields[column] }
+        func int64(_ column: Int) -> Int64 { fields[column].flatMap { Int64($0) } ?? 0 }
+        func optionalInt64(_ column: Int) -> Int64? { fields[column].flatMap { Int64($0) } }
+        func isNull(_ column: Int) -> Bool { fields[column] == nil }
+        /// A `bytea` column: PostgreSQL's text form is `\x` and hex digits.
+        func bytes(_ column: Int) -> [UInt8]? {
+            guard let text = fields[column] else { return nil }
+            let digits = Array(text.utf8.dropFirst(2))
+            guard text.hasPrefix("\\x"), digits.count % 2 == 0 else { return nil }
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(digits.count / 2)
+            var index = 0
+            while index < digits.count {
+                guard let high = digits[index].hexDigitValue, let low = digits[index + 1].hexDigitValue else { return nil }
+                bytes.append(high << 4 | low)
+                index += 2
+            }
+            return bytes
+        }
+    }
+
+    private let connection: OpaquePointer
+
+    /// Connects to `url` (`postgres://user:password@host:port/database?…`, as libpq reads it).
+    init(url: String) throws(Failure) {
+        guard let connection = PQconnectdb(url) else { throw Failure(sqlState: nil, kind: "connect") }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            PQfinish(connection)
+            throw Failure(sqlState: nil, kind: "connect")
+        }
+        self.connection = connection
+        _ = try execute("SET client_min_messages = warning")
+    }
+
+    deinit {
+        PQfinish(connection)
+    }
+
+    /// False once the server has gone (a pool then drops the connection).
+    var isUsable: Bool { PQstatus(connection) == CONNECTION_OK }
+
+    /// Runs one statement with `parameters` ($1, $2, …).
+    @discardableResult
+    func execute(_ sql: String, _ parameters: [Value] = []) throws(Failure) -> Rows {
+        var texts: [[CChar]?] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        for parameter in parameters {
+            switch parameter {
+            case .text(let text):
+                texts.append(Array(text.utf8CString))
+                lengths.append(0)
+                formats.append(0)
+            case .integer(let number):
+                texts.append(Array(String(number).utf8CString))
+                lengths.append(0)
+                formats.append(0)
+            case .bytes(let bytes):
+                texts.append(bytes.isEmpty ? [0] : bytes.map { CChar(bitPattern: $0) })
+                lengths.append(Int32(bytes.count))
+                formats.append(1)
+            case .null:
+                texts.append(nil)
+                lengths.append(0)
+                formats.append(0)
+            }
+        }
+        let result = withPointers(texts) { pointers in
+            PQexecParams(connection, sql, Int32(parameters.count), nil, pointers, lengths, formats, 0)
+        }
+        guard let result else { throw Failure(sqlState: nil, kind: "connection_lost") }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
+            break
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            throw Failure(sqlState: state, kind: isUsable ? "statement" : "connection_lost")
+        }
+        let rowCount = PQntuples(result), columnCount = PQnfields(result)
+        var rows = Rows(values: [])
+        rows.values.reserveCapacity(Int(rowCount))
+        for row in 0..<rowCount {
+            var fields: [String?] = []
+            fields.reserveCapacity(Int(columnCount))
+            for column in 0..<columnCount {
+                if PQgetisnull(result, row, column) == 1 {
+                    fields.append(nil)
+                } else {
+                    let length = Int(PQgetlength(result, row, column))
+                    let value = PQgetvalue(result, row, column)
+                    fields.append(value.map { pointer in
+                        pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+                            String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+                        }
+                    } ?? "")
+                }
+            }
+            rows.values.append(fields)
+        }
+        return rows
+    }
+
+    /// Runs `body` in one transaction (SERIALIZABLE unless told otherwise), committing at its end;
+    /// a transaction that lost a race to another (serialization failure, deadlock) runs again, up to
+    /// `attempts` times. So a decision over several rows — a limit's last unit, an idempotency key —
+    /// is taken as if the nodes asked one after the other.
+    func transaction<T>(serializable: Bool = true, attempts: Int = 20,
+                        _ body: (PostgresConnection) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            try execute(serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN")
+            do {
+                let value = try body(self)
+                try execute("COMMIT")
+                return value
+            } catch let failure as Failure where failure.isRetryable && attempt < attempts {
+                _ = try? execute("ROLLBACK")
+                continue
+            } catch {
+                _ = try? execute("ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    /// Calls `body` with C string pointers for `texts` (nil for NULL), valid during the call.
+    private func withPointers<R>(_ texts: [[CChar]?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+        var pointers: [UnsafePointer<CChar>?] = []
+        func next(_ index: Int) -> R {
+            guard index < texts.count else { return body(pointers) }
+            guard let text = texts[index] else {
+                pointers.append(nil)
+                return next(index + 1)
+            }
+            return text.withUnsafeBufferPointer { buffer in
+                pointers.append(buffer.baseAddress)
+                return next(index + 1)
+            }
+        }
+        return next(0)
+    }
+}
