@@ -16,7 +16,9 @@ final class GroupCommit: Sendable {
     private let store: MessageStore
     private let clock: any WallClock
     private let logger: Logger
-    private let pending = Mutex<(items: [Pending], scheduled: Bool)>(([], false))
+    /// Memos waiting for the next batch; whether a batch is scheduled or running; and how many memos
+    /// are between `enqueue` and their answer (the inline path is for a memo that is alone).
+    private let pending = Mutex<(items: [Pending], scheduled: Bool, unanswered: Int)>(([], false, 0))
     /// Boxed: a bare function type in a `Mutex` is reabstracted on every `withLock` that hands it out
     /// *and* written back as `inout`, so each read wrapped it in two more thunks — after a day of
     /// accepts, one call walked thousands of them (a profile showed half the CPU there).
@@ -45,15 +47,21 @@ final class GroupCommit: Sendable {
     /// before the request callback returns, so the connection is never suspended). Memos arriving
     /// meanwhile gather into the next batch, as always.
     func enqueue(_ draft: MemoDraft, inline: Bool, completion: @escaping Completion) {
-        let item = Pending(draft: draft, completion: completion)
+        let item = Pending(draft: draft, completion: { [self] result in
+            pending.withLock { $0.unanswered -= 1 }
+            completion(result)
+        })
         enum Next { case inline, schedule, joined }
         let next = pending.withLock { state -> Next in
+            state.unanswered += 1
             if state.scheduled {
                 state.items.append(item)
                 return .joined
             }
             state.scheduled = true
-            if inline && !database.isWriterQueue { return .inline }   // (the writer must not wait for itself)
+            // Alone (no other memo awaiting its answer): commit here. With company, batch as always —
+            // a request thread blocked on a commit would hold back the memos of its other connections.
+            if inline && state.unanswered == 1 && !database.isWriterQueue { return .inline }
             state.items.append(item)
             return .schedule
         }
