@@ -102,4 +102,23 @@ public struct CodePolicy: Sendable, Equatable {
 
     /// The defaults.
     public init() {}
+
+    /// Why a new code for an address is refused now, given when its codes of the last day were issued
+    /// (oldest first): the cooldown, the hourly cap, the daily cap — each with the seconds until it
+    /// allows one again. Both stores decide with this.
+    func refusals(issued: [Int64], now: Int64) -> [(reason: String, seconds: Int64)] {
+        func seconds(_ milliseconds: Int64) -> Int64 { max(1, (milliseconds + 999) / 1000) }
+        var refusals: [(reason: String, seconds: Int64)] = []
+        if let last = issued.last, last + cooldownMilliseconds > now {
+            refusals.append(("cooldown", seconds(last + cooldownMilliseconds - now)))
+        }
+        let lastHour = issued.filter { $0 > now - 3_600_000 }
+        if lastHour.count >= perAddressPerHour {
+            refusals.append(("address_hourly", seconds(lastHour[lastHour.count - perAddressPerHour] + 3_600_000 - now)))
+        }
+        if issued.count >= perAddressPerDay {
+            refusals.append(("address_daily", seconds(issued[issued.count - perAddressPerDay] + 86_400_000 - now)))
+        }
+        return refusals
+    }
 }

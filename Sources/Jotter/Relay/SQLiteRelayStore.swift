@@ -67,18 +67,7 @@ public struct SQLiteRelayStore: RelayStore {
             let issued = try database.statement("""
                 SELECT issued_at FROM relay_code_issues WHERE address_key = ? AND issued_at > ? ORDER BY issued_at
                 """).rows([.blob(issue.addressKey), .integer(now - 86_400_000)]) { $0.int64(0) }
-            if let last = issued.last, last + policy.cooldownMilliseconds > now {
-                refusals.append(("cooldown", Self.seconds(last + policy.cooldownMilliseconds - now)))
-            }
-            let lastHour = issued.filter { $0 > now - 3_600_000 }
-            if lastHour.count >= policy.perAddressPerHour {
-                let oldest = lastHour[lastHour.count - policy.perAddressPerHour]
-                refusals.append(("address_hourly", Self.seconds(oldest + 3_600_000 - now)))
-            }
-            if issued.count >= policy.perAddressPerDay {
-                let oldest = issued[issued.count - policy.perAddressPerDay]
-                refusals.append(("address_daily", Self.seconds(oldest + 86_400_000 - now)))
-            }
+            refusals += policy.refusals(issued: issued, now: now)
             if let tightest = refusals.max(by: { $0.seconds < $1.seconds }) {
                 return .limited(reason: tightest.reason, retryAfterSeconds: tightest.seconds, limits: states)
             }
@@ -179,10 +168,6 @@ public struct SQLiteRelayStore: RelayStore {
             state.refused = false
             return state
         }
-    }
-
-    private static func seconds(_ milliseconds: Int64) -> Int64 {
-        max(1, (milliseconds + 999) / 1000)
     }
 
     // MARK: Messages
