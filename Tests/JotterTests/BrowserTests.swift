@@ -326,8 +326,10 @@ struct BrowserTests {
         let seen = try Self.drive(driver: Self.driver, scenario: "destination", server: server, maildir: false) { step in
             switch step {
             case "memo-held":
+                // Held, and the breaker says why (its state is set on the worker's queue, a moment apart).
                 #expect(server.waitUntil(timeout: 20) {
-                    (try? server.outbox.history.latest(limit: 1).first?.status) == .held
+                    guard case .refused(let kind, _, _) = server.application.worker.relayState else { return false }
+                    return kind == "unverified" && (try? server.outbox.history.latest(limit: 1).first?.status) == .held
                 }, "the memo was not held while no address is confirmed")
                 known = try relay.mailFiles(to: address)
                 return "ok"
