@@ -53,7 +53,11 @@ public final class RelayApplication: Sendable {
         dataDirectory.markDatabaseCreated()
         worker = DeliveryWorker(outbox: outbox, transport: transport ?? relay.transport, configuration: delivery,
                                 clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
-        let store = try SQLiteRelayStore(database: outbox.database)
+        let store: any RelayStore
+        switch configuration.store {
+        case .sqlite: store = try SQLiteRelayStore(database: outbox.database)
+        case .postgres(let url): store = try PostgresRelayStore(url: url)
+        }
         service = try RelayService(store: store, outbox: outbox, configuration: configuration, clock: clock,
                                    logger: logger)
         let router = RelayRoutes(service: service, configuration: configuration).router()

@@ -13,6 +13,10 @@ public struct RelayConfiguration: Sendable {
     public enum StoreLocation: Sendable, Equatable {
         /// SQLite in the data directory (one node).
         case sqlite
+        /// Devices, codes, limits and idempotency in PostgreSQL (`PostgresRelayStore`); the outbox is
+        /// still the node's own SQLite, so `--store postgres://` is not offered yet (a node that dies
+        /// would keep its messages until it comes back). Used by the tests.
+        case postgres(url: String)
     }
 
     /// The data directory (database, key, default Maildir).
