@@ -398,16 +398,8 @@ def scenario_share(page, url, result):
     result["send_requests"] = send_requests(page)
 
 
-def scenario_undo(page, url, result):
-    """The server holds memos for an undo window: send, then press Undo while it shows."""
-    load(page, url)
-    memo = "Sent by mistake %s" % secrets.token_hex(4)
-    result["memo"] = memo
-    try:
-        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
-    except cdp.CDPError:
-        pass
-    time.sleep(0.3)  # the page's first /healthz (it learns the window from it)
+def send_then_undo(page, memo, result):
+    """Types and sends `memo`, presses Undo while it shows, and records what followed."""
     page.type_text(memo)
     page.press_ctrl_enter()
     try:
@@ -424,6 +416,19 @@ def scenario_undo(page, url, result):
         pass
     result["after"] = state(page)
     result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
+def scenario_undo(page, url, result):
+    """The server holds memos for an undo window: send, then press Undo while it shows."""
+    load(page, url)
+    memo = "Sent by mistake %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    time.sleep(0.3)  # the page's first /healthz (it learns the window from it)
+    send_then_undo(page, memo, result)
 
 
 def scenario_undo_setting(page, url, result):
@@ -448,22 +453,8 @@ def scenario_undo_setting(page, url, result):
     result["active_after_close"] = page.evaluate("document.activeElement.id")
     memo = "Taken back %s" % secrets.token_hex(4)
     result["memo"] = memo
-    page.type_text(memo)
-    page.press_ctrl_enter()
-    try:
-        page.wait_for("!document.getElementById('undo').hidden", timeout=15)
-    except cdp.CDPError:
-        pass
-    result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
-    if result["undo_shown"]:
-        page.click(*page.center_of("#undo"))
-    try:
-        page.wait_for("document.getElementById('body').value.length > 0", timeout=10)
-    except cdp.CDPError:
-        pass
-    result["after"] = state(page)
+    send_then_undo(page, memo, result)
     result["send_requests"] = send_requests(page)
-    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
 
 
 def scenario_destination(page, url, result):
