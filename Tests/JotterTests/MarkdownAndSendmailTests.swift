@@ -260,6 +260,43 @@ import Testing
         #expect(parsed.to == RelayURL.localUser() + "@localhost", "the user running Jotter, not a made-up address")
     }
 
+    @Test func aHungSendmailIsKilledAtItsTimeoutAndTheMemoRetried() throws {
+        let directory = TemporaryDirectory()
+        let marker = "\(Int.random(in: 100_000...999_999))"
+        // Reads nothing and never ends: the 100 KB memo fills the pipe, then the wait runs out.
+        let path = directory.file("hung-sendmail")
+        try "#!/bin/sh\nexec sleep 3\(marker)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o755)
+        let server = try Self.jotter(directory, relay: "sendmail:\(path)?timeout=1")
+        defer { server.stop() }
+        let started = Date()
+        let id = try DeliveryKit.send(server, body: String(repeating: "a line of a long memo\n", count: 5000))
+        let entry = try DeliveryKit.wait(server, id, timeout: 30) { $0.lastError != nil }
+        #expect(entry.status == "retrying" && entry.lastError == "timeout", "\(entry)")
+        #expect(Date().timeIntervalSince(started) < 20, "the timeout is 1 s")
+        // Killed with its process group: no sendmail (here, its sleep) is left behind.
+        #expect(server.waitUntil(timeout: 20) { !Self.running(commandLineContaining: "3\(marker)") },
+                "the hung sendmail is still running")
+    }
+
+    /// Whether a process whose command line contains `text` is alive (read from /proc, as pgrep does).
+    private static func running(commandLineContaining text: String) -> Bool {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.filter { Int($0) != nil }.contains { pid in
+            guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
+                  let status = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  !status.contains(") Z ") else { return false }   // a zombie has ended
+            return String(decoding: data.map { $0 == 0 ? 32 : $0 }, as: UTF8.self).contains(text)
+        }
+    }
+
+    @Test func sendmailTimeoutMustBeSeconds() {
+        #expect(throws: RelayURL.Failure.self) { try RelayURL("sendmail:?timeout=0") }
+        #expect(throws: RelayURL.Failure.self) { try RelayURL("sendmail:?timeout=soon") }
+        #expect((try? RelayURL("sendmail:?timeout=5").transport as? SendmailTransport)?.timeoutSeconds == 5)
+        #expect((try? RelayURL("sendmail:").transport as? SendmailTransport)?.timeoutSeconds == 60)
+    }
+
     @Test func sendmailTemporaryFailureIsRetriedUntilItsMTAAccepts() throws {
         let directory = TemporaryDirectory()
         let sendmail = try FakeSendmail(in: directory.file("mta"), exitCode: 75)

@@ -86,7 +86,8 @@ public enum CommandLineOptions {
                                  smtps://USER:PASS@HOST:465  (implicit TLS)
                                  resend://API_KEY?to=ME@EXAMPLE.COM
                                  sendmail:  or  sendmail:/path/to/sendmail  (?to=ADDR; without it,
-                                   the user running Jotter: USER@localhost, which a local MTA delivers)
+                                   the user running Jotter: USER@localhost, which a local MTA delivers;
+                                   ?timeout=SECONDS kills a hung one, default 60)
                                  markdown:/path/to/vault/folder   (daily notes)
                                  jotter+https://HOST[:PORT]  (a Jotter relay, ?invite=CODE; the address
                                    is confirmed in the page's Settings with a mailed code)

@@ -89,7 +89,11 @@ public struct RelayURL: Sendable {
             let path = given.isEmpty ? "/usr/sbin/sendmail" : (URLParts.percentDecoded(given[...]) ?? given)
             let query = pieces.count > 1 ? URLParts("sendmail://local/?" + pieces[1]) : URLParts("sendmail://local/")
             guard let query else { throw Failure.invalid("the sendmail: options do not parse") }
-            transport = SendmailTransport(path: path)
+            let timeout = query.queryValue("timeout").map { Int($0) }
+            if let timeout, !(1...3600).contains(timeout ?? 0) {
+                throw Failure.invalid("timeout= must be a number of seconds from 1 to 3600")
+            }
+            transport = SendmailTransport(path: path, timeoutSeconds: (timeout ?? 60) ?? 60)
             let to = try query.queryValue("to").map(Self.address) ?? MailAddress(address: Self.localUser() + "@localhost")
             from = try query.queryValue("from").map(Self.address)
             self.to = to

@@ -2,14 +2,19 @@ import Glibc
 
 /// Pipes each message to the local MTA: `sendmail -t -i` (recipients from the headers; a line with a
 /// lone `.` is not the end). The exit status decides: 0 sent, 75 (`EX_TEMPFAIL`) and signals retry,
-/// anything else is a refusal.
+/// anything else is a refusal. A sendmail that has not finished within `timeoutSeconds` (reading the
+/// message included) is killed, and the attempt is a `timeout`, retried: a hung MTA never holds a
+/// delivery slot for good.
 public struct SendmailTransport: Transport {
     /// The sendmail binary.
     public let path: String
+    /// How long one hand-over may take (`?timeout=`, 60 s by default).
+    public let timeoutSeconds: Int
 
     /// A transport piping to `path`.
-    public init(path: String = "/usr/sbin/sendmail") {
+    public init(path: String = "/usr/sbin/sendmail", timeoutSeconds: Int = 60) {
         self.path = path
+        self.timeoutSeconds = timeoutSeconds
     }
 
     /// A write into a pipe whose reader has gone must be an error (EPIPE), not the end of the process.
@@ -38,23 +43,45 @@ public struct SendmailTransport: Transport {
         } catch {
             throw DeliveryFailure(.configuration, permanent: true)
         }
+        let deadline = monotonicNanoseconds() + UInt64(max(timeoutSeconds, 1)) * 1_000_000_000
         // If sendmail exits without reading everything (it refused the message), the write fails with
-        // EPIPE: its exit status, not the broken pipe, says what happened.
+        // EPIPE: its exit status, not the broken pipe, says what happened. One that stops reading is
+        // given until the deadline.
         if let input {
-            try? FileIO.write(input, local)
+            Self.write(local, to: input, until: deadline)
             close(input)
         }
-        let termination: ChildProcess.Termination
+        let ended: ChildProcess.Termination?
         do {
-            termination = try child.wait()
+            ended = try child.wait(until: deadline)
         } catch {
             throw DeliveryFailure(.io, permanent: false)
         }
+        guard let termination = ended else { throw DeliveryFailure(.timeout, permanent: false) }
         switch termination {
         case .signalled: throw DeliveryFailure(.io, permanent: false)
         case .exited(0): return DeliveryReceipt()
         case .exited(75): throw DeliveryFailure(.serverError, permanent: false)
         case .exited: throw DeliveryFailure(.rejected, permanent: true)
+        }
+    }
+
+    /// Writes `bytes` into the non-blocking pipe `fd`, waiting for room until `deadline`; gives up
+    /// silently on a reader that is gone or too slow (the exit status, or the timeout, decides).
+    private static func write(_ bytes: [UInt8], to fd: Int32, until deadline: UInt64) {
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if written > 0 {
+                offset += written
+                continue
+            }
+            guard written < 0, errno == EAGAIN || errno == EINTR else { return }
+            let now = monotonicNanoseconds()
+            guard now < deadline else { return }
+            var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&poller, 1, Int32(min((deadline - now) / 1_000_000 + 1, 1_000)))
         }
     }
 }

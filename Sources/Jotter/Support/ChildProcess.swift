@@ -103,6 +103,29 @@ struct ChildProcess {
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
     }
 
+    /// Waits at most until `deadline` (`monotonicNanoseconds`) for the child to end; past it, kills
+    /// the child's process group and returns nil once it is gone.
+    func wait(until deadline: UInt64) throws(SystemError) -> Termination? {
+        var pause: UInt32 = 1_000
+        while true {
+            var status: Int32 = 0
+            let ended = waitpid(pid, &status, WNOHANG)
+            if ended == pid { return Self.termination(status) }
+            if ended < 0 {
+                if errno == EINTR { continue }
+                throw .current
+            }
+            if monotonicNanoseconds() >= deadline {
+                kill(-pid, SIGKILL)   // its own process group: whatever it started goes too
+                kill(pid, SIGKILL)
+                _ = try wait()
+                return nil
+            }
+            usleep(pause)
+            pause = min(pause * 2, 50_000)
+        }
+    }
+
     /// Waits for the child to end (retrying interruptions). Throws when it cannot be waited for
     /// (someone else reaped it).
     func wait() throws(SystemError) -> Termination {
@@ -111,7 +134,11 @@ struct ChildProcess {
             if errno == EINTR { continue }
             throw .current
         }
-        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import (they are macros).
+        return Self.termination(status)
+    }
+
+    /// WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import (they are macros).
+    private static func termination(_ status: Int32) -> Termination {
         let signal = status & 0x7F
         return signal == 0 ? .exited((status >> 8) & 0xFF) : .signalled(signal)
     }
