@@ -427,7 +427,6 @@ def scenario_undo(page, url, result):
         page.wait_for("!document.getElementById('foot').hidden", timeout=10)
     except cdp.CDPError:
         pass
-    time.sleep(0.3)  # the page's first /healthz (it learns the window from it)
     send_then_undo(page, memo, result)
 
 

@@ -14,6 +14,20 @@ import Testing
         return try #require(response.header("X-Message-Id"))
     }
 
+    @Test func theAnswerSaysTheMemosWindow() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path, transport: ControlledTransport(.deliver)) {
+            $0.undoMilliseconds = 10_000
+        }
+        defer { server.stop() }
+        let text = [("Content-Type", "text/plain")]
+        #expect(try server.route("POST", "/send", headers: text, body: Array("a".utf8)).header("Undo-Seconds") == "10")
+        #expect(try server.route("POST", "/send", headers: text + [("Undo-Seconds", "30")], body: Array("b".utf8))
+                .header("Undo-Seconds") == "30", "the request's own window")
+        #expect(try server.route("POST", "/send", headers: text + [("Undo-Seconds", "0")], body: Array("c".utf8))
+                .header("Undo-Seconds") == nil, "no window, no header")
+    }
+
     @Test func aMemoTakenBackInsideItsWindowIsNeverDeliveredAndKeepsNoText() throws {
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler(clock: ManualClock(milliseconds: SystemClock().nowMilliseconds()))

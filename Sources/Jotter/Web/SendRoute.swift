@@ -49,6 +49,7 @@ struct SendRoute: Sendable {
             }
             undo = seconds * 1000
         }
+        let undoSeconds = undo / 1000
         let navigation = Self.isFormNavigation(request)
         let fromPage = !navigation && request.headers["Sec-Fetch-Site"] == "same-origin"
         // On libmicrohttpd's thread, which may wait for one COMMIT: a lone memo is stored without a
@@ -61,6 +62,8 @@ struct SendRoute: Sendable {
                     ? HTTPResponse(status: 303, headers: ["Location": Self.pageLocation(request)])
                     : HTTPResponse(status: 204)
                 response.headers.add(name: "X-Message-Id", value: outcome.id)
+                // The memo's undo window, so a page can offer Undo without asking /healthz first.
+                if undoSeconds > 0 { response.headers.add(name: "Undo-Seconds", value: String(undoSeconds)) }
                 response.messageID = outcome.id
                 if case .accepted = outcome, rating?.recordSend(fromPage: fromPage) == true {
                     response.headers.add(name: "X-Rating-Prompt", value: "1")
