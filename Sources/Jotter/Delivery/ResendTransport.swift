@@ -1,5 +1,3 @@
-import CCurl
-
 /// Delivers through an HTTP mail API shaped like Resend's: `POST {base}/emails` with `from`, `to`,
 /// `subject`, `text`, `Authorization: Bearer`, and `Idempotency-Key` = the message id.
 ///
@@ -40,42 +38,13 @@ public struct ResendTransport: Transport {
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> DeliveryReceipt in
-            let body = Self.requestBody(message)
-            do {
-                try handle.set(CURLOPT_URL, settings.baseURL + "/emails")
-                try handle.set(CURLOPT_PROTOCOLS_STR, settings.baseURL.hasPrefix("https:") ? "https" : "http")
-                try handle.set(CURLOPT_NOSIGNAL, 1)
-                try handle.set(CURLOPT_CONNECTTIMEOUT, min(settings.timeoutSeconds, 10))
-                try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds)
-                try handle.set(CURLOPT_SSL_VERIFYPEER, 1)
-                try handle.set(CURLOPT_SSL_VERIFYHOST, 2)
-                if let caFile = settings.caFile { try handle.set(CURLOPT_CAINFO, caFile) }
-                try handle.set(CURLOPT_POST, 1)
-                try handle.set(CURLOPT_POSTFIELDSIZE, body.count)
-                try handle.setUpload(body)
-                try handle.set(CURLOPT_HTTPHEADER, list: [
-                    "Authorization: Bearer \(settings.apiKey)",
-                    "Content-Type: application/json",
-                    "Idempotency-Key: \(message.id)",
-                    "User-Agent: Jotter",
-                    "Expect:",
-                ])
-            } catch {
-                throw DeliveryFailure(.configuration, permanent: true)
-            }
-            do throws(CurlError) {
-                try handle.perform()
-            } catch {
-                throw DeliveryFailure(curl: error).explainingCertificate(error, CertificateNames.Target(
-                    url: settings.baseURL, protocols: "https", startTLS: false,
-                    host: URLParts(settings.baseURL)?.host ?? settings.baseURL, caFile: settings.caFile,
-                    timeoutSeconds: settings.timeoutSeconds))
-            }
-            let status = handle.responseCode
-            if (200..<300).contains(status) { return DeliveryReceipt() }
-            let retryAfter = handle.responseHeader("Retry-After")
-                .flatMap { RetryAfter.milliseconds($0, now: clock.nowMilliseconds()) }
-            throw Self.failure(status: status, body: handle.responseBody, retryAfter: retryAfter)
+            let answer = try JSONExchange.perform(
+                handle, base: settings.baseURL, path: "/emails",
+                headers: ["Authorization: Bearer \(settings.apiKey)", "Idempotency-Key: \(message.id)"],
+                body: Self.requestBody(message), caFile: settings.caFile, timeoutSeconds: settings.timeoutSeconds,
+                clock: clock)
+            if (200..<300).contains(answer.status) { return DeliveryReceipt() }
+            throw Self.failure(status: answer.status, body: answer.body, retryAfter: answer.retryAfterMilliseconds)
         }
     }
 

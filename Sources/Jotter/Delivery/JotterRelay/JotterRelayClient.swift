@@ -1,5 +1,3 @@
-import CCurl
-
 /// The composer's HTTP client for a Jotter relay's `/v1` API: JSON over HTTPS (HTTP only to a loopback
 /// host), certificates always verified, one pooled connection per delivery slot. An answer carries the
 /// status, the JSON and `Retry-After`; the relay's message text is never passed on.
@@ -36,39 +34,13 @@ struct JotterRelayClient: Sendable {
     func call(_ path: String, secret: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> Answer {
         try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> Answer in
-            do {
-                try handle.set(CURLOPT_URL, baseURL + path)
-                try handle.set(CURLOPT_PROTOCOLS_STR, baseURL.hasPrefix("https:") ? "https" : "http")
-                try handle.set(CURLOPT_NOSIGNAL, 1)
-                try handle.set(CURLOPT_CONNECTTIMEOUT, min(timeoutSeconds, 10))
-                try handle.set(CURLOPT_TIMEOUT, timeoutSeconds)
-                try handle.set(CURLOPT_SSL_VERIFYPEER, 1)
-                try handle.set(CURLOPT_SSL_VERIFYHOST, 2)
-                if let caFile { try handle.set(CURLOPT_CAINFO, caFile) }
-                var headers = ["Accept: application/json", "User-Agent: Jotter", "Expect:"]
-                if let secret { headers.append("Authorization: Bearer \(secret)") }
-                if let idempotencyKey { headers.append("Idempotency-Key: \(idempotencyKey)") }
-                if let body {
-                    headers.append("Content-Type: application/json")
-                    try handle.set(CURLOPT_POST, 1)
-                    try handle.set(CURLOPT_POSTFIELDSIZE, body.count)
-                    try handle.setUpload(body)
-                }
-                try handle.set(CURLOPT_HTTPHEADER, list: headers)
-            } catch {
-                throw DeliveryFailure(.configuration, permanent: true)
-            }
-            do throws(CurlError) {
-                try handle.perform()
-            } catch {
-                throw DeliveryFailure(curl: error).explainingCertificate(error, CertificateNames.Target(
-                    url: baseURL, protocols: "https", startTLS: false, host: host, caFile: caFile,
-                    timeoutSeconds: timeoutSeconds))
-            }
-            let retryAfter = handle.responseHeader("Retry-After")
-                .flatMap { RetryAfter.milliseconds($0, now: clock.nowMilliseconds()) }
-            return Answer(status: handle.responseCode, json: try? JSONValue.parse(handle.responseBody),
-                          retryAfterMilliseconds: retryAfter)
+            var headers = ["Accept: application/json"]
+            if let secret { headers.append("Authorization: Bearer \(secret)") }
+            if let idempotencyKey { headers.append("Idempotency-Key: \(idempotencyKey)") }
+            let answer = try JSONExchange.perform(handle, base: baseURL, path: path, headers: headers, body: body,
+                                                  caFile: caFile, timeoutSeconds: timeoutSeconds, clock: clock)
+            return Answer(status: answer.status, json: try? JSONValue.parse(answer.body),
+                          retryAfterMilliseconds: answer.retryAfterMilliseconds)
         }
     }
 
