@@ -262,12 +262,7 @@ import Testing
         let entry = try DeliveryKit.settle(server, id)
         #expect(entry.status == "held" && entry.lastError == "tls", "\(entry)")
         let hint = "the certificate is for mail.example.net, *.example.net — not 127.0.0.1"
-        // The breaker's state follows the memo's (it is set on the worker's own queue): wait for it.
-        var relay: [String: Any] = [:]
-        #expect(server.waitUntil(timeout: 30) {
-            relay = ((try? server.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any]) ?? [:]
-            return relay["reason"] as? String == "tls"
-        }, "the relay never showed as refused: \(relay)")
+        let relay = try #require(DeliveryKit.relay(server, reason: "tls"), "the relay never showed as refused")
         #expect(relay["reason"] as? String == "tls")
         #expect(relay["hint"] as? String == hint, "\(relay)")
         #expect(server.logs.captured.contains("hint=\"\(hint)\""), "the log names the certificate's names")
@@ -282,11 +277,7 @@ import Testing
         let server = try fixture.jotter(relay: fixture.relay(caFile: stranger.caFile))
         defer { server.stop() }
         _ = try DeliveryKit.settle(server, try DeliveryKit.send(server, body: "x"))
-        var relay: [String: Any] = [:]
-        #expect(server.waitUntil(timeout: 30) {
-            relay = ((try? server.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any]) ?? [:]
-            return relay["reason"] as? String == "tls"
-        }, "the relay never showed as refused: \(relay)")
+        let relay = try #require(DeliveryKit.relay(server, reason: "tls"), "the relay never showed as refused")
         #expect(relay["hint"] == nil, "the names are not the problem: \(relay)")
     }
 

@@ -35,7 +35,7 @@ final class PostgresCluster: @unchecked Sendable {
         let created = try Self.run(runAs, programs + "/initdb", ["-D", data, "-A", "trust", "-U", "jotter", "-E", "UTF8",
                                                                 "--no-sync", "--no-instructions"])
         try #require(created.status == 0, "initdb: \(created.errors)")
-        port = try Self.freePort()
+        port = try BrowserTests.freePort()
         let options = "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory.path) -c fsync=off "
             + "-c synchronous_commit=off -c max_connections=100"
         let started = try Self.run(runAs, programs + "/pg_ctl", ["-D", data, "-l", directory.file("server.log"),
@@ -58,23 +58,5 @@ final class PostgresCluster: @unchecked Sendable {
         let child = try ChildProcess.spawn(command[0], arguments: Array(command.dropFirst()), input: .inherit, output: .discard)
         let ended = try child.process.wait()
         return Command.Result(status: ended == .exited(0) ? 0 : 1, output: "", errors: "\(ended)")
-    }
-
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw FixtureProcess.Failure(description: "no free port") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }

@@ -287,6 +287,17 @@ enum DeliveryKit {
         return last
     }
 
+    /// Polls `/healthz` until its `relay.reason` is `reason` (the breaker's state is set on the worker's
+    /// queue, a moment after the memo it judged); returns that `relay` object, or nil at the deadline.
+    static func relay(_ server: TestServer, reason: String, timeout: Double = 30) -> [String: Any]? {
+        var relay: [String: Any] = [:]
+        let seen = server.waitUntil(timeout: timeout) {
+            relay = ((try? server.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any]) ?? [:]
+            return relay["reason"] as? String == reason
+        }
+        return seen ? relay : nil
+    }
+
     /// Polls until the memo is `sent`, `failed` or `held`; returns that entry (or the last seen).
     @discardableResult
     static func settle(_ server: TestServer, _ id: String, timeout: Double = 10) throws -> Entry {
