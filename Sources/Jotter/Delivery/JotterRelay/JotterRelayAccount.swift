@@ -33,43 +33,35 @@ final class JotterRelayAccount: Sendable {
 
     private func name(_ field: String) -> String { "jotter_relay[\(client.baseURL)].\(field)" }
 
-    private func store() throws(DeliveryFailure) -> SettingsStore {
+    /// Runs `body` with the settings store; a store that is missing or fails is an `io` failure (retried).
+    private func stored<T>(_ body: (SettingsStore) throws -> T) throws(DeliveryFailure) -> T {
         guard let store = settings.withLock({ $0 }) else { throw DeliveryFailure(.io, permanent: false) }
-        return store
-    }
-
-    /// The destination as stored.
-    func destination() throws(DeliveryFailure) -> Destination {
-        let store = try store()
         do {
-            return Destination(address: try store.read(name("address")), pending: try store.read(name("pending")))
+            return try body(store)
         } catch {
             throw DeliveryFailure(.io, permanent: false)
         }
     }
 
+    /// The destination as stored.
+    func destination() throws(DeliveryFailure) -> Destination {
+        try stored { Destination(address: try $0.read(name("address")), pending: try $0.read(name("pending"))) }
+    }
+
     private func save(_ destination: Destination) throws(DeliveryFailure) {
-        let store = try store()
-        do {
+        try stored { store in
             try store.write(name("address"), value: destination.address)
             try store.write(name("pending"), value: destination.pending)
-        } catch {
-            throw DeliveryFailure(.io, permanent: false)
         }
     }
 
     /// The device secret, registering with the relay first when there is none.
     func secret() throws(DeliveryFailure) -> String {
-        let store = try store()
-        return try registration.withLock { (cached: inout String?) throws(DeliveryFailure) -> String in
+        try registration.withLock { (cached: inout String?) throws(DeliveryFailure) -> String in
             if let cached { return cached }
-            do {
-                if let stored = try store.readSealed(name("secret")) {
-                    cached = stored
-                    return stored
-                }
-            } catch {
-                throw DeliveryFailure(.io, permanent: false)
+            if let stored = try stored({ try $0.readSealed(name("secret")) }) {
+                cached = stored
+                return stored
             }
             var json = JSONWriter()
             json.object { json in if let invite { json.field("invite", invite) } }
@@ -79,11 +71,7 @@ final class JotterRelayAccount: Sendable {
                 if answer.status == 403 { throw DeliveryFailure(.configuration, permanent: true) }
                 throw JotterRelayClient.failure(answer)
             }
-            do {
-                try store.writeSealed(name("secret"), value: secret)
-            } catch {
-                throw DeliveryFailure(.io, permanent: false)
-            }
+            try stored { try $0.writeSealed(name("secret"), value: secret) }
             cached = secret
             return secret
         }
@@ -92,13 +80,8 @@ final class JotterRelayAccount: Sendable {
     /// The relay no longer knows this device (its secret was revoked, or its store was reset): forget
     /// the secret and the verification, so the next step registers again and asks for a new code.
     func forget() throws(DeliveryFailure) {
-        let store = try store()
         registration.withLock { $0 = nil }
-        do {
-            try store.writeSealed(name("secret"), value: nil)
-        } catch {
-            throw DeliveryFailure(.io, permanent: false)
-        }
+        try stored { try $0.writeSealed(name("secret"), value: nil) }
         var destination = try destination()
         destination.pending = destination.pending ?? destination.address
         destination.address = nil
