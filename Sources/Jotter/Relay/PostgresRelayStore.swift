@@ -250,16 +250,22 @@ public final class PostgresRelayStore: RelayStore {
                 let record = try connection.execute("""
                     SELECT payload_hash, created_at, expires_at, lease_until, message_id FROM relay_idempotency
                     WHERE key_hash = $1
-                    """, key).first
-                if let record, record.int64(2) > now {
-                    guard HMAC.constantTimeEquals(record.bytes(0) ?? [], idempotency.payloadHash) else { return .conflict }
-                    if let messageID = record.text(4) { return .replayed(messageID: messageID) }
-                    if let lease = record.optionalInt64(3), lease > now { return .inFlight }
+                    """, key).first.map { row in
+                    IdempotencyRecord(payloadHash: row.bytes(0) ?? [], createdAt: row.int64(1), expiresAt: row.int64(2),
+                                      leaseUntil: row.optionalInt64(3), messageID: row.text(4))
+                }
+                switch record?.decide(payloadHash: idempotency.payloadHash, now: now) {
+                case .answer(let outcome)?:
+                    return outcome
+                case .takeOver(let reservedAt)?:
                     try connection.execute("UPDATE relay_idempotency SET lease_until = $2 WHERE key_hash = $1",
                                            key + [.integer(admission.leaseUntil)])
-                    return .admitted(reservedAt: record.int64(1), limits: [])
+                    return .admitted(reservedAt: reservedAt, limits: [])
+                case .expired?:
+                    try connection.execute("DELETE FROM relay_idempotency WHERE key_hash = $1", key)
+                case nil:
+                    break
                 }
-                if record != nil { try connection.execute("DELETE FROM relay_idempotency WHERE key_hash = $1", key) }
             }
             let verified = try connection.execute("""
                 SELECT 1 FROM relay_destinations WHERE device_id = $1 AND address_key = $2 AND verified_at IS NOT NULL

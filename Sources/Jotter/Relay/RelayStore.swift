@@ -238,3 +238,32 @@ public enum AdmissionOutcome: Sendable, Equatable {
     /// A limit refused (nothing was spent).
     case limited([LimitState])
 }
+
+/// An `Idempotency-Key`'s stored record, and what a new request with the same key gets from it —
+/// decided here once, for every store.
+struct IdempotencyRecord {
+    var payloadHash: [UInt8]
+    var createdAt: Int64
+    var expiresAt: Int64
+    var leaseUntil: Int64?
+    var messageID: String?
+
+    /// What the record means for a request with `payloadHash` at `now`.
+    enum Decision: Equatable {
+        /// The answer, as it stands (a replay, a conflict, a key in flight).
+        case answer(AdmissionOutcome)
+        /// The reservation's holder is gone (a crash): the request takes it over (its limits were
+        /// spent then) and stores the message as reserved at `reservedAt`.
+        case takeOver(reservedAt: Int64)
+        /// The key is forgotten: delete the record and decide as for a new key.
+        case expired
+    }
+
+    func decide(payloadHash presented: [UInt8], now: Int64) -> Decision {
+        guard expiresAt > now else { return .expired }
+        guard HMAC.constantTimeEquals(payloadHash, presented) else { return .answer(.conflict) }
+        if let messageID { return .answer(.replayed(messageID: messageID)) }
+        if let leaseUntil, leaseUntil > now { return .answer(.inFlight) }
+        return .takeOver(reservedAt: createdAt)
+    }
+}

@@ -181,19 +181,21 @@ public struct SQLiteRelayStore: RelayStore {
                     SELECT payload_hash, created_at, expires_at, lease_until, message_id FROM relay_idempotency
                     WHERE key_hash = ?
                     """).firstRow(key) { row in
-                    (payload: row.blob(0) ?? [], createdAt: row.int64(1), expiresAt: row.int64(2),
-                     leaseUntil: row.optionalInt64(3), messageID: row.text(4))
+                    IdempotencyRecord(payloadHash: row.blob(0) ?? [], createdAt: row.int64(1), expiresAt: row.int64(2),
+                                      leaseUntil: row.optionalInt64(3), messageID: row.text(4))
                 }
-                if let record, record.expiresAt > now {
-                    guard HMAC.constantTimeEquals(record.payload, idempotency.payloadHash) else { return .conflict }
-                    if let messageID = record.messageID { return .replayed(messageID: messageID) }
-                    if let lease = record.leaseUntil, lease > now { return .inFlight }
-                    // Its holder is gone (a crash): take the reservation over. Its limits were spent then.
+                switch record?.decide(payloadHash: idempotency.payloadHash, now: now) {
+                case .answer(let outcome)?:
+                    return outcome
+                case .takeOver(let reservedAt)?:
                     try database.run("UPDATE relay_idempotency SET lease_until = ? WHERE key_hash = ?",
                                      [.integer(admission.leaseUntil)] + key)
-                    return .admitted(reservedAt: record.createdAt, limits: [])
+                    return .admitted(reservedAt: reservedAt, limits: [])
+                case .expired?:
+                    try database.run("DELETE FROM relay_idempotency WHERE key_hash = ?", key)
+                case nil:
+                    break
                 }
-                if record != nil { try database.run("DELETE FROM relay_idempotency WHERE key_hash = ?", key) }
             }
             let verified = try database.statement("""
                 SELECT 1 FROM relay_destinations WHERE device_id = ? AND address_key = ? AND verified_at IS NOT NULL
