@@ -151,6 +151,15 @@ struct ComposerRelayTests {
         #expect(noPending.status == 409 && noPending.errorCode == "no_pending_address")
         let unknownField = try pair.page("POST", "/destination", ["address": Self.address, "to": "x"])
         #expect(unknownField.status == 400 && unknownField.errorCode == "unknown_field")
+        let longLanguage = try pair.page("POST", "/destination", ["address": Self.address,
+                                                                  "language": String(repeating: "x", count: 36)])
+        #expect(longLanguage.status == 400 && longLanguage.errorCode == "invalid_field")
+        let longCode = try pair.page("POST", "/destination/confirm", ["code": String(repeating: "1", count: 33)])
+        #expect(longCode.status == 400 && longCode.errorCode == "invalid_field")
+        let notJSON = try pair.composer.route("POST", "/destination", headers: [("Sec-Fetch-Site", "same-origin"),
+                                                                                 ("Content-Type", "text/plain")],
+                                              body: Array(Self.address.utf8))
+        #expect(notJSON.status == 415)
 
         let known = try pair.relay.mailFiles(to: Self.address)
         #expect(try pair.page("POST", "/destination", ["address": Self.address]).status == 202)
