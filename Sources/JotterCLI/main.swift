@@ -109,9 +109,9 @@ case .devices(let dataDirectory, let action):
         write("jotter devices: \(error)\n", to: 2)
         exit(1)
     }
-case .relayInvite(let dataDirectory):
+case .relayInvite(let dataDirectory, let store):
     do {
-        print(try RelayInviteCommand.run(dataDirectory: dataDirectory,
+        print(try RelayInviteCommand.run(dataDirectory: dataDirectory, store: store,
                                          credentialsDirectory: environment["CREDENTIALS_DIRECTORY"]))
     } catch {
         write("jotter relay invite: \(error)\n", to: 2)

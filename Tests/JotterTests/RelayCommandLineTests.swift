@@ -3,7 +3,7 @@ import Testing
 @testable import Jotter
 
 /// `jotter relay` and `jotter relay invite` as command lines: flags, `JOTTER_RELAY_*` variables, and
-/// clear refusals (a PostgreSQL store is not built yet, and its URL is never repeated).
+/// clear refusals (a store URL is never repeated: it may hold a password).
 @Suite struct RelayCommandLineTests {
     static func parse(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws
         -> CommandLineOptions.Command {
@@ -62,21 +62,31 @@ import Testing
         #expect(try Self.configuration(["--port", "1"], environment: environment).http.port == 1, "flags win")
     }
 
-    @Test func aPostgreSQLStoreIsRefusedPlainlyWithoutRepeatingItsURL() throws {
+    @Test func aPostgreSQLStoreIsTakenAndABadOneRefusedWithoutRepeatingItsURL() throws {
         for url in ["postgres://relay:s3cret@db.example/relay", "postgresql://relay:s3cret@db/relay"] {
+            #expect(try Self.configuration(["--store", url]).store == .postgres(url: url))
+            #expect(try Self.configuration([], environment: ["JOTTER_RELAY_STORE": url]).store == .postgres(url: url))
+        }
+        for bad in ["postgres:", "postgres://", "postgres:s3cret@db"] {
             do {
-                _ = try Self.configuration(["--store", url])
-                Issue.record("accepted \(url)")
+                _ = try Self.configuration(["--store", bad])
+                Issue.record("accepted \(bad)")
             } catch let error as CommandLineOptions.UsageError {
-                #expect(error.description.contains("not built yet"))
-                #expect(!error.description.contains("s3cret") && !error.description.contains("db"))
-            }
-            #expect(throws: CommandLineOptions.UsageError.self) {
-                try Self.configuration([], environment: ["JOTTER_RELAY_STORE": url])
+                #expect(error.description.contains("postgres://USER@HOST"))
+                #expect(!error.description.contains("s3cret"))
             }
         }
-        #expect(throws: CommandLineOptions.UsageError.self) { try Self.configuration(["--store", "mysql://x"]) }
+        do {
+            _ = try Self.configuration(["--store", "mysql://relay:s3cret@db/x"])
+            Issue.record("accepted mysql")
+        } catch let error as CommandLineOptions.UsageError {
+            #expect(!error.description.contains("s3cret") && error.description.contains("not a store"))
+        }
         #expect(try Self.configuration(["--store", "sqlite:"]).store == .sqlite)
+        #expect(try Self.configuration(["--lease-seconds", "30"]).delivery.leaseMilliseconds == 30_000)
+        for bad in ["4", "3601", "x"] {
+            #expect(throws: CommandLineOptions.UsageError.self) { try Self.configuration(["--lease-seconds", bad]) }
+        }
     }
 
     @Test func badValuesAreRefused() {
@@ -106,14 +116,17 @@ import Testing
         }
         #expect(text.contains("jotter relay invite") && text.contains("JOTTER_RELAY_MAIL"))
         #expect(CommandLineOptions.help.contains("jotter relay"))
-        guard case .relayInvite(let directory) = try Self.parse(["relay", "invite", "--data-dir", "/srv/r"]) else {
+        guard case .relayInvite(let directory, let store) = try Self.parse(["relay", "invite", "--data-dir", "/srv/r"]) else {
             Issue.record("not an invite")
             return
         }
-        #expect(directory == "/srv/r")
-        guard case .relayInvite(let fromEnvironment) = try Self.parse(
-            ["relay", "invite"], environment: ["JOTTER_RELAY_DATA_DIR": "/env/r"]) else { return }
-        #expect(fromEnvironment == "/env/r")
+        #expect(directory == "/srv/r" && store == .sqlite)
+        guard case .relayInvite(let fromEnvironment, let shared) = try Self.parse(
+            ["relay", "invite", "--store=postgres://db/relay"], environment: ["JOTTER_RELAY_DATA_DIR": "/env/r"]) else {
+            Issue.record("not an invite")
+            return
+        }
+        #expect(fromEnvironment == "/env/r" && shared == .postgres(url: "postgres://db/relay"))
         #expect(throws: CommandLineOptions.UsageError.self) { try Self.parse(["relay", "invite", "extra"]) }
     }
 

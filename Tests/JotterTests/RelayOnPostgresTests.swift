@@ -4,7 +4,7 @@ import Testing
 
 /// A whole relay over HTTP with its devices, codes, limits and idempotency keys in PostgreSQL (a
 /// throwaway cluster): the journey, a limit that survives a restart, a replayed key — and a composer
-/// delivering through it. (Its outbox is still the node's own SQLite; see `RelayConfiguration.StoreLocation`.)
+/// delivering through it. The relay's outbox is in PostgreSQL too (`PostgresOutbox`).
 @Suite(.serialized, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
 struct RelayOnPostgresTests {
     @Test func theJourneyLimitsAndKeysLiveInPostgreSQL() throws {

@@ -23,7 +23,7 @@ public enum CommandLineOptions {
         /// Run a relay with this configuration.
         case relay(RelayConfiguration)
         /// Print a one-time invite for the relay on this data directory.
-        case relayInvite(dataDirectory: String)
+        case relayInvite(dataDirectory: String, store: RelayConfiguration.StoreLocation)
     }
 
     /// A command line that cannot be obeyed; the description says why, for a person.

@@ -40,7 +40,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         public init() {}
     }
 
-    private let outbox: Outbox
+    private let outbox: any DeliveryQueue
     private let transport: any Transport
     private let configuration: Configuration
     private let clock: any WallClock
@@ -73,7 +73,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let wakePending = Atomic<Bool>(false)
 
     /// A worker for `outbox` delivering through `transport`.
-    public init(outbox: Outbox, transport: any Transport, configuration: Configuration = Configuration(),
+    public init(outbox: any DeliveryQueue, transport: any Transport, configuration: Configuration = Configuration(),
                 clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
                 logger: Logger = Logger(label: "delivery")) {
         self.outbox = outbox
@@ -186,7 +186,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// not by mail: the channel that would carry a warning is the one failing.
     private func warnAboutStuckMemos(now: Int64) {
         dispatchPrecondition(condition: .onQueue(control))
-        guard let stuck = try? outbox.history.stuck(acceptedBefore: now - configuration.warnAfterMilliseconds,
+        guard let stuck = try? outbox.stuck(acceptedBefore: now - configuration.warnAfterMilliseconds,
                                                     limit: 100) else { return }
         for memo in stuck where warned.insert(memo.id).inserted {
             logger.warning("memo not delivered in time", metadata: [

@@ -115,9 +115,14 @@ public final class DataDirectory: Sendable {
     }
 
     /// `$DATA/jotter.db`.
-    public var databasePath: String { path + "/jotter.db" }
+    public var databasePath: String { Self.databasePath(in: path) }
     /// `$DATA/key`.
-    public var keyPath: String { path + "/key" }
+    public var keyPath: String { Self.keyPath(in: path) }
+
+    /// The database's path in the data directory at `path`, for a command that does not take its lock.
+    static func databasePath(in path: String) -> String { path + "/jotter.db" }
+    /// The key's path in the data directory at `path`, likewise.
+    static func keyPath(in path: String) -> String { path + "/key" }
     /// `$DATA/Maildir`, the default relay's destination.
     public var maildirPath: String { path + "/Maildir" }
 

@@ -19,14 +19,7 @@ final class GroupCommit: Sendable {
     /// Memos waiting for the next batch; whether a batch is scheduled or running; and how many memos
     /// are between `enqueue` and their answer (the inline path is for a memo that is alone).
     private let pending = Mutex<(items: [Pending], scheduled: Bool, unanswered: Int)>(([], false, 0))
-    /// Boxed: a bare function type in a `Mutex` is reabstracted on every `withLock` that hands it out
-    /// *and* written back as `inout`, so each read wrapped it in two more thunks — after a day of
-    /// accepts, one call walked thousands of them (a profile showed half the CPU there).
-    private final class Handler: Sendable {
-        let run: @Sendable () -> Void
-        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
-    }
-    private let onAccepted = Mutex<Handler?>(nil)
+    private let onAccepted = Callback()
 
     init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger) {
         self.database = database
@@ -37,7 +30,7 @@ final class GroupCommit: Sendable {
 
     /// Called (on the writer queue) after a batch that stored at least one new memo commits.
     func setOnAccepted(_ handler: (@Sendable () -> Void)?) {
-        onAccepted.withLock { $0 = handler.map(Handler.init) }
+        onAccepted.set(handler)
     }
 
     /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
@@ -115,7 +108,7 @@ final class GroupCommit: Sendable {
             item.completion(outcome)
         }
         if outcomes.contains(where: { if case .success(.accepted) = $0 { true } else { false } }) {
-            onAccepted.withLock { $0 }?.run()
+            onAccepted.call()
         }
     }
 }

@@ -7,36 +7,66 @@ struct MessageStore: Sendable {
 
     // MARK: Accept
 
-    /// Stores `draft` (or finds its earlier copy by `Idempotency-Key`).
-    func insert(_ draft: MemoDraft, now: Int64,
-                into database: Database) throws -> Result<Outbox.EnqueueOutcome, Outbox.EnqueueError> {
-        let payloadHash = HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey)
-        var idempotencyHash: DatabaseValue = .null
-        if let key = draft.idempotencyKey {
-            let hash = HMAC.sha256(Array(key.utf8), key: hashingKey)
-            idempotencyHash = .blob(hash)
-            let existing = try database.statement(
-                "SELECT id, payload_hash FROM messages WHERE idempotency_hash = ?"
-            ).firstRow([.blob(hash)]) { row in (row.text(0) ?? "", row.blob(1) ?? []) }
-            if let (id, storedHash) = existing {
-                return HMAC.constantTimeEquals(storedHash, payloadHash)
-                    ? .success(.replayed(id: id)) : .failure(.idempotencyConflict)
-            }
-        }
+    /// A memo ready to be inserted: its new id, sealed fields, first lifecycle and keyed hashes.
+    struct Prepared {
+        var id: String
+        var createdAt: Int64
+        var sealedPayload: [UInt8]
+        var sealedSubject: [UInt8]
+        var lifecycle: DeliveryLifecycle
+        /// The keyed hash of the draft's `Idempotency-Key`, if it has one.
+        var idempotencyHash: [UInt8]?
+        /// The keyed hash of exactly what the client sent (a replay with another payload conflicts).
+        var payloadHash: [UInt8]
+    }
+
+    /// The keyed hashes that find an earlier copy of `draft`: its `Idempotency-Key`'s and its payload's.
+    func hashes(_ draft: MemoDraft) -> (idempotency: [UInt8]?, payload: [UInt8]) {
+        (draft.idempotencyKey.map { HMAC.sha256(Array($0.utf8), key: hashingKey) },
+         HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey))
+    }
+
+    /// `draft` sealed under a new id, accepted at `now`. (Both stores insert exactly this.)
+    func prepare(_ draft: MemoDraft, now: Int64,
+                 hashes: (idempotency: [UInt8]?, payload: [UInt8])) throws -> Prepared {
         let id = try SecureRandom.uuid()
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
                                   body: draft.body, recipient: draft.recipient)
-        let lifecycle = DeliveryLifecycle.accepted(now: now, undoMilliseconds: draft.undoMilliseconds)
+        return Prepared(id: id, createdAt: now, sealedPayload: try sealer.seal(content.encoded(), .payload, id: id),
+                        sealedSubject: try sealer.seal(Array(content.subject.utf8), .subject, id: id),
+                        lifecycle: .accepted(now: now, undoMilliseconds: draft.undoMilliseconds),
+                        idempotencyHash: hashes.idempotency, payloadHash: hashes.payload)
+    }
+
+    /// An earlier copy's answer: the same payload is a replay of it, another one a conflict.
+    static func replay(of id: String, storedPayloadHash: [UInt8],
+                       payloadHash: [UInt8]) -> Result<Outbox.EnqueueOutcome, Outbox.EnqueueError> {
+        HMAC.constantTimeEquals(storedPayloadHash, payloadHash) ? .success(.replayed(id: id)) : .failure(.idempotencyConflict)
+    }
+
+    /// Stores `draft` (or finds its earlier copy by `Idempotency-Key`).
+    func insert(_ draft: MemoDraft, now: Int64,
+                into database: Database) throws -> Result<Outbox.EnqueueOutcome, Outbox.EnqueueError> {
+        let hashes = hashes(draft)
+        if let hash = hashes.idempotency {
+            let existing = try database.statement(
+                "SELECT id, payload_hash FROM messages WHERE idempotency_hash = ?"
+            ).firstRow([.blob(hash)]) { row in (row.text(0) ?? "", row.blob(1) ?? []) }
+            if let (id, storedHash) = existing {
+                return Self.replay(of: id, storedPayloadHash: storedHash, payloadHash: hashes.payload)
+            }
+        }
+        let memo = try prepare(draft, now: now, hashes: hashes)
         try database.run("""
             INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
                                   next_attempt_at, idempotency_hash, payload_hash)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(id), .integer(now), .blob(try sealer.seal(content.encoded(), .payload, id: id)),
-                  .blob(try sealer.seal(Array(content.subject.utf8), .subject, id: id)),
-                  .text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
-                  Self.value(lifecycle.nextAttemptAt), idempotencyHash, .blob(payloadHash)])
-        return .success(.accepted(id: id))
+            """, [.text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
+                  .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
+                  Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .blob($0) } ?? .null,
+                  .blob(memo.payloadHash)])
+        return .success(.accepted(id: memo.id))
     }
 
     /// The bytes whose keyed hash detects a conflicting replay: exactly what the client sent.

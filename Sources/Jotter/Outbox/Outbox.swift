@@ -7,16 +7,21 @@ import Synchronization
 /// `messages` table, `DeliveryLifecycle` decides every change of a memo's delivery state (the store
 /// only persists what it decided), `SettingsStore` and `HistoryReader` the rest. One `DatabaseQueue`
 /// serves them all (and the device registry).
-public final class Outbox: Sendable {
+public final class Outbox: MessageOutbox {
     /// Why the outbox could not be opened.
     public enum OpenError: Error, CustomStringConvertible, Sendable {
         case wrongKey(databasePath: String)
+        /// A relay node's key does not open the shared store: every node needs the same key file.
+        case keyNotShared(keyPath: String)
 
         public var description: String {
             switch self {
             case .wrongKey(let path):
                 return "the key does not open \(path): it was sealed with another key file (restore the key that "
                     + "belongs to this database)"
+            case .keyNotShared(let keyPath):
+                return "this node's key (\(keyPath)) does not open the relay's data in PostgreSQL: every relay node "
+                    + "needs the same key file; copy it from a node that already serves (mode 0600)"
             }
         }
     }
@@ -93,18 +98,11 @@ public final class Outbox: Sendable {
     /// `callerMayBlock`: the caller's thread may wait for one COMMIT (libmicrohttpd's request threads
     /// may): when no batch is gathering, the memo is then committed on it at once. Never from a Dispatch
     /// or Swift concurrency worker thread: blocking one can starve the writer's own thread.
-    public func enqueue(_ draft: MemoDraft, callerMayBlock: Bool = false,
+    public func enqueue(_ draft: MemoDraft, callerMayBlock: Bool,
                         completion: @escaping @Sendable (Result<EnqueueOutcome, EnqueueError>) -> Void) {
         accepting.enqueue(draft, inline: callerMayBlock, completion: completion)
     }
 
-    /// `enqueue` for async callers.
-    public func enqueue(_ draft: MemoDraft) async throws(EnqueueError) -> EnqueueOutcome {
-        let result = await withCheckedContinuation { continuation in
-            enqueue(draft) { continuation.resume(returning: $0) }
-        }
-        return try result.get()
-    }
 
     // MARK: Lifecycle
 
@@ -282,7 +280,7 @@ public final class Outbox: Sendable {
 
     /// Puts up to `limit` memos held for one of `reasons` back in the queue, oldest first.
     @discardableResult
-    public func releaseHeld(reasons: Set<String>, limit: Int = .max) throws -> Int {
+    public func releaseHeld(reasons: Set<String>, limit: Int) throws -> Int {
         let now = clock.nowMilliseconds()
         return try transitionAll(in: .held, durable: true, limit: limit,
                                  matching: { $0.lastError.map(reasons.contains) ?? false }) {
@@ -329,5 +327,24 @@ public final class Outbox: Sendable {
     /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms).
     public func purgeSubjects(deliveredBefore cutoff: Int64) throws {
         try database.write(durable: false) { try store.purgeSubjects(deliveredBefore: cutoff, in: $0) }
+    }
+}
+
+extension Outbox {
+    public func enqueue(_ draft: MemoDraft,
+                        completion: @escaping @Sendable (Result<EnqueueOutcome, EnqueueError>) -> Void) {
+        enqueue(draft, callerMayBlock: false, completion: completion)
+    }
+
+    public func record(id: String) throws -> MessageRecord? {
+        try history.record(id: id)
+    }
+
+    public func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {
+        try history.stuck(acceptedBefore: cutoff, limit: limit)
+    }
+
+    public func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool {
+        try settings.changed(name, fingerprint: fingerprint)
     }
 }

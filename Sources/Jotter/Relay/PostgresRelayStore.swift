@@ -10,25 +10,7 @@ public final class PostgresRelayStore: RelayStore {
     /// Connects to `url` and creates or migrates the relay's tables (one node at a time).
     public init(url: String) throws {
         pool = try PostgresPool(url: url)
-        try pool.transaction(serializable: false) { connection in
-            // Two nodes starting at once: the second waits here, then finds the tables made.
-            try connection.execute("SELECT pg_advisory_xact_lock(7374)")
-            try connection.execute("CREATE TABLE IF NOT EXISTS jotter_schema (name TEXT PRIMARY KEY, version BIGINT NOT NULL)")
-            let current = try connection.execute("SELECT version FROM jotter_schema WHERE name = 'relay'")
-                .first?.int64(0) ?? 0
-            guard current <= Int64(Self.migrations.count) else {
-                throw PostgresConnection.Failure(sqlState: nil, kind: "schema \(current) is newer than this Jotter")
-            }
-            for (index, sql) in Self.migrations.enumerated() where Int64(index + 1) > current {
-                for statement in sql.split(separator: ";") where !statement.allSatisfy(\.isWhitespace) {
-                    try connection.execute(String(statement))
-                }
-                try connection.execute("""
-                    INSERT INTO jotter_schema (name, version) VALUES ('relay', $1)
-                    ON CONFLICT (name) DO UPDATE SET version = excluded.version
-                    """, [.integer(Int64(index + 1))])
-            }
-        }
+        try pool.migrate("relay", Self.migrations)
     }
 
     /// Step `n` (1-based) is `migrations[n - 1]`. Append only.

@@ -8,8 +8,8 @@ import Synchronization
 public final class RelayApplication: Sendable {
     /// The configuration it was started with.
     public let configuration: RelayConfiguration
-    /// The relay's outbox (tests read it directly).
-    public let outbox: Outbox
+    /// The relay's outbox: the node's own SQLite `Outbox`, or the `PostgresOutbox` all nodes share.
+    public let outbox: any MessageOutbox
     /// The delivery worker.
     public let worker: DeliveryWorker
     /// The relay's rules (tests drive it directly too).
@@ -40,7 +40,7 @@ public final class RelayApplication: Sendable {
         if access(dataDirectory.keyPath + ".new", F_OK) == 0 {
             throw Application.StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
         }
-        try dataDirectory.checkDatabase()
+        if configuration.store == .sqlite { try dataDirectory.checkDatabase() }
         let key = try KeyStore.load(path: dataDirectory.keyPath,
                                     credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
                                     protecting: dataDirectory.databasePath)
@@ -49,15 +49,21 @@ public final class RelayApplication: Sendable {
         let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
         var delivery = configuration.delivery
         if let from = relay.from { delivery.from = from }
-        outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock, logger: logger.labelled("outbox"))
-        dataDirectory.markDatabaseCreated()
-        worker = DeliveryWorker(outbox: outbox, transport: transport ?? relay.transport, configuration: delivery,
-                                clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
         let store: any RelayStore
         switch configuration.store {
-        case .sqlite: store = try SQLiteRelayStore(database: outbox.database)
-        case .postgres(let url): store = try PostgresRelayStore(url: url)
+        case .sqlite:
+            let outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
+                                    logger: logger.labelled("outbox"))
+            dataDirectory.markDatabaseCreated()
+            store = try SQLiteRelayStore(database: outbox.database)
+            self.outbox = outbox
+        case .postgres(let url):
+            store = try PostgresRelayStore(url: url)  // first: it starts no thread, the outbox's listener does
+            outbox = try PostgresOutbox(url: url, key: key, keyPath: dataDirectory.keyPath, clock: clock,
+                                        logger: logger.labelled("outbox"))
         }
+        worker = DeliveryWorker(outbox: outbox, transport: transport ?? relay.transport, configuration: delivery,
+                                clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))
         service = try RelayService(store: store, outbox: outbox, configuration: configuration, clock: clock,
                                    logger: logger)
         let router = RelayRoutes(service: service, configuration: configuration).router()
@@ -93,7 +99,7 @@ public final class RelayApplication: Sendable {
     /// is closed again then.
     public func start() throws {
         do {
-            if try outbox.settings.changed("relay", fingerprint: mailFingerprint) {
+            if try outbox.configurationChanged("relay", fingerprint: mailFingerprint) {
                 let count = try outbox.requeueFailed() + outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
                 logger.notice("mail configuration changed; failed messages re-queued", metadata: ["count": "\(count)"])
             }

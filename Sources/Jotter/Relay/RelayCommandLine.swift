@@ -5,8 +5,8 @@ import Glibc
 public enum RelayCommandLine {
     /// Help for `relay`.
     public static let help = """
-        Usage: jotter relay [options]       run a Jotter relay (one node, SQLite)
-               jotter relay invite [--data-dir PATH]
+        Usage: jotter relay [options]       run a Jotter relay node
+               jotter relay invite [--data-dir PATH] [--store URL]
                                             print a one-time invite (7 days) for --registration invite
 
         A relay holds the mail provider's key for a family or a team and sends each device's
@@ -18,7 +18,13 @@ public enum RelayCommandLine {
           --data-dir PATH      database, key and default Maildir (JOTTER_RELAY_DATA_DIR;
                                default $XDG_DATA_HOME/jotter-relay, else ~/.local/share/jotter-relay)
           --store URL          where the relay keeps its state (JOTTER_RELAY_STORE): sqlite (the
-                               default: jotter.db in the data directory); postgres:// is not built yet
+                               default: jotter.db in the data directory, one node), or
+                               postgres://USER@HOST:PORT/DB for several nodes sharing one database
+                               (a password is best kept in ~/.pgpass or PGPASSWORD); every node then
+                               needs the same key file: copy <data-dir>/key from the first node
+          --lease-seconds S    how long a node holds a message it is delivering before another node
+                               may take it over (JOTTER_RELAY_LEASE_SECONDS; default 120; longer than
+                               the slowest delivery)
           --mail URL           how mail leaves the relay (JOTTER_RELAY_MAIL; default
                                maildir:<data-dir>/Maildir): maildir:PATH, smtp://USER:PASS@HOST:587,
                                smtps://USER:PASS@HOST:465, resend://API_KEY, sendmail: — with
@@ -67,7 +73,7 @@ public enum RelayCommandLine {
         "--retry-cap": "JOTTER_RELAY_RETRY_CAP", "--max-body": "JOTTER_RELAY_MAX_BODY",
         "--log-level": "JOTTER_RELAY_LOG_LEVEL",
         "--tls-cert": "JOTTER_RELAY_TLS_CERT", "--tls-key": "JOTTER_RELAY_TLS_KEY",
-        "--trust-proxy": "JOTTER_RELAY_TRUST_PROXY",
+        "--trust-proxy": "JOTTER_RELAY_TRUST_PROXY", "--lease-seconds": "JOTTER_RELAY_LEASE_SECONDS",
     ]
 
     /// Parses the arguments after `relay`.
@@ -76,7 +82,8 @@ public enum RelayCommandLine {
         var arguments = arguments
         if arguments.first == "invite" {
             arguments.removeFirst()
-            return .relayInvite(dataDirectory: try inviteDataDirectory(arguments, environment: environment))
+            let (directory, store) = try inviteOptions(arguments, environment: environment)
+            return .relayInvite(dataDirectory: directory, store: store)
         }
         var values: [String: String] = [:]
         for (flag, variable) in flags {
@@ -128,6 +135,12 @@ public enum RelayCommandLine {
                 throw CommandLineOptions.UsageError(description: "--slots must be a number from 1 to 64")
             }
             configuration.delivery.slots = number
+        }
+        if let lease = values["--lease-seconds"] {
+            guard let seconds = Int64(lease), (5...3600).contains(seconds) else {
+                throw CommandLineOptions.UsageError(description: "--lease-seconds must be a number from 5 to 3600")
+            }
+            configuration.delivery.leaseMilliseconds = seconds * 1000
         }
         if let cap = values["--retry-cap"] {
             guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
@@ -189,21 +202,23 @@ public enum RelayCommandLine {
         return text
     }
 
-    /// `sqlite` (or `sqlite:`): the default. A PostgreSQL URL is refused plainly: not built yet.
-    /// The error never repeats the URL, which may hold a password.
+    /// `sqlite` (or `sqlite:`): the default; `postgres://…` or `postgresql://…` (libpq reads the rest).
+    /// An error never repeats the URL, which may hold a password.
     static func store(_ text: String) throws -> RelayConfiguration.StoreLocation {
         let scheme = text.prefix(while: { $0 != ":" }).lowercased()
         switch scheme {
         case "sqlite":
             return .sqlite
         case "postgres", "postgresql":
-            throw CommandLineOptions.UsageError(
-                description: "--store \(scheme)://… is not built yet: this relay keeps its state in SQLite in its "
-                    + "data directory (leave --store out, or give --store sqlite)")
+            guard text.dropFirst(scheme.count).hasPrefix("://"), text.utf8.count > scheme.utf8.count + 3 else {
+                throw CommandLineOptions.UsageError(
+                    description: "--store \(scheme): needs a URL: postgres://USER@HOST:PORT/DATABASE")
+            }
+            return .postgres(url: text)
         default:
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw CommandLineOptions.UsageError(
-                description: "--store '\(safe.prefix(20))' is not a store (use sqlite)")
+                description: "--store '\(safe.prefix(20))' is not a store (use sqlite or postgres://…)")
         }
     }
 
@@ -220,21 +235,22 @@ public enum RelayCommandLine {
         limit = number
     }
 
-    private static func inviteDataDirectory(_ arguments: ArraySlice<String>,
-                                            environment: [String: String]) throws -> String {
+    private static func inviteOptions(_ arguments: ArraySlice<String>, environment: [String: String])
+        throws -> (dataDirectory: String, store: RelayConfiguration.StoreLocation) {
         var arguments = arguments
-        var directory = environment["JOTTER_RELAY_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? RelayConfiguration.defaultDataDirectory(environment: environment)
-        while let argument = arguments.popFirst() {
-            if argument == "--data-dir", let value = arguments.popFirst() {
-                directory = value
-            } else if argument.hasPrefix("--data-dir=") {
-                directory = String(argument.dropFirst("--data-dir=".count))
-            } else {
-                throw CommandLineOptions.UsageError(description: "usage: jotter relay invite [--data-dir PATH]")
-            }
+        let known = ["--data-dir": "JOTTER_RELAY_DATA_DIR", "--store": "JOTTER_RELAY_STORE"]
+        var values: [String: String] = [:]
+        for (flag, variable) in known {
+            if let value = environment[variable], !value.isEmpty { values[flag] = value }
         }
-        return directory
+        while let argument = arguments.popFirst() {
+            let (name, given) = try CommandLineOptions.flagValue(
+                argument, rest: &arguments, known: known,
+                unknown: "usage: jotter relay invite [--data-dir PATH] [--store URL]; unknown option")
+            values[name] = given
+        }
+        return (values["--data-dir"] ?? RelayConfiguration.defaultDataDirectory(environment: environment),
+                try values["--store"].map(store) ?? .sqlite)
     }
 }
 
@@ -242,20 +258,39 @@ public enum RelayCommandLine {
 /// or not: SQLite arbitrates).
 public enum RelayInviteCommand {
     /// Issues an invite; returns the text to print.
-    public static func run(dataDirectory: String, credentialsDirectory: String? = nil) throws -> String {
-        guard access(dataDirectory + "/jotter.db", F_OK) == 0 else {
-            throw CommandLineOptions.UsageError(
-                description: "no Jotter relay data in \(dataDirectory): start 'jotter relay' once (see --data-dir)")
+    public static func run(dataDirectory: String, store location: RelayConfiguration.StoreLocation = .sqlite,
+                           credentialsDirectory: String? = nil) throws -> String {
+        let directory = (database: DataDirectory.databasePath(in: dataDirectory), key: DataDirectory.keyPath(in: dataDirectory))
+        let credential = credentialsDirectory.map { $0 + "/jotter.key" }
+        let configuration = RelayConfiguration(dataDirectory: dataDirectory)
+        let service: RelayService
+        switch location {
+        case .sqlite:
+            guard access(directory.database, F_OK) == 0 else {
+                throw CommandLineOptions.UsageError(
+                    description: "no Jotter relay data in \(dataDirectory): start 'jotter relay' once (see --data-dir)")
+            }
+            let key = try KeyStore.load(path: directory.key, credentialPath: credential, protecting: directory.database)
+            let outbox = try Outbox(path: directory.database, key: key)
+            defer { outbox.close() }
+            service = try RelayService(store: try SQLiteRelayStore(database: outbox.database), outbox: outbox,
+                                       configuration: configuration)
+            return try text(service.issueInvite())
+        case .postgres(let url):
+            guard access(directory.key, F_OK) == 0 || credential != nil else {
+                throw CommandLineOptions.UsageError(
+                    description: "no relay key in \(dataDirectory): give the --data-dir of a relay node (or copy its key)")
+            }
+            let key = try KeyStore.load(path: directory.key, credentialPath: credential, protecting: directory.database)
+            let outbox = try PostgresOutbox(url: url, key: key, keyPath: directory.key, listening: false)
+            service = try RelayService(store: try PostgresRelayStore(url: url), outbox: outbox,
+                                       configuration: configuration)
+            return try text(service.issueInvite())
         }
-        let key = try KeyStore.load(path: dataDirectory + "/key",
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
-                                    protecting: dataDirectory + "/jotter.db")
-        let outbox = try Outbox(path: dataDirectory + "/jotter.db", key: key)
-        defer { outbox.close() }
-        let service = try RelayService(store: try SQLiteRelayStore(database: outbox.database), outbox: outbox,
-                                       configuration: RelayConfiguration(dataDirectory: dataDirectory))
-        let invite = try service.issueInvite()
-        return """
+    }
+
+    private static func text(_ invite: (invite: String, expiresAt: Int64)) -> String {
+        """
             \(invite.invite)
             (works once, until \(Timestamp.iso8601(milliseconds: invite.expiresAt)); a device registers with \
             POST /v1/devices {"invite": "…"})

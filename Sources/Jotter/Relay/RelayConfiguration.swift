@@ -13,9 +13,9 @@ public struct RelayConfiguration: Sendable {
     public enum StoreLocation: Sendable, Equatable {
         /// SQLite in the data directory (one node).
         case sqlite
-        /// Devices, codes, limits and idempotency in PostgreSQL (`PostgresRelayStore`); the outbox is
-        /// still the node's own SQLite, so `--store postgres://` is not offered yet (a node that dies
-        /// would keep its messages until it comes back). Used by the tests.
+        /// Everything in PostgreSQL, shared by every node pointing at it: devices, codes, limits and
+        /// idempotency (`PostgresRelayStore`) and the outbox (`PostgresOutbox`). The data directory then
+        /// holds only the key (the same file on every node), the lock and the default Maildir.
         case postgres(url: String)
     }
 

@@ -11,7 +11,7 @@ struct RelayKeys: Sendable {
     private let sealing: SymmetricKey
 
     /// The keys of the outbox's data directory.
-    init(outbox: Outbox) throws {
+    init(outbox: any MessageOutbox) throws {
         secrets = try outbox.hashingKey(purpose: "jotter relay secrets v1")
         hashing = try outbox.hashingKey(purpose: "jotter relay hashing v1")
         sealing = try outbox.hashingKey(purpose: "jotter relay sealing v1")

@@ -57,7 +57,7 @@ public final class RelayService: Sendable {
     }
 
     private let store: any RelayStore
-    private let outbox: Outbox
+    private let outbox: any MessageOutbox
     private let keys: RelayKeys
     private let configuration: RelayConfiguration
     private let clock: any WallClock
@@ -67,7 +67,7 @@ public final class RelayService: Sendable {
     let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
 
     /// A service over `store`, accepting into `outbox` (whose data directory's keys it derives its own from).
-    public init(store: any RelayStore, outbox: Outbox, configuration: RelayConfiguration,
+    public init(store: any RelayStore, outbox: any MessageOutbox, configuration: RelayConfiguration,
                 clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "relay")) throws {
         self.store = store
         self.outbox = outbox
@@ -244,7 +244,7 @@ public final class RelayService: Sendable {
     /// Message `id`'s delivery record, if this device sent it.
     public func status(deviceID: String, id: String) throws -> MessageRecord? {
         guard try store.messageOwner(id: id) == deviceID else { return nil }
-        return try outbox.history.record(id: id)
+        return try outbox.record(id: id)
     }
 
     /// The layers a message is checked against, in the order they are shown.

@@ -28,7 +28,10 @@ final class RelayServer: @unchecked Sendable {
     }
 
     var port: Int { application.port }
-    var outbox: Outbox { application.outbox }
+    /// The relay's outbox, whichever store keeps it.
+    var messages: any MessageOutbox { application.outbox }
+    /// The SQLite outbox of a relay on the default store (a test on PostgreSQL reads `messages`).
+    var outbox: Outbox { application.outbox as! Outbox }
     var maildir: String { dataDirectory + "/Maildir" }
 
     func stop() {

@@ -143,6 +143,21 @@ final class PostgresConnection {
         return rows
     }
 
+    /// The connection's socket, to wait on for notifications (`LISTEN`).
+    var socket: Int32 { PQsocket(connection) }
+
+    /// Reads what the server sent and returns how many notifications (`NOTIFY`) arrived, dropping
+    /// their payloads (Jotter's carry none).
+    func takeNotifications() throws(Failure) -> Int {
+        guard PQconsumeInput(connection) == 1 else { throw Failure(sqlState: nil, kind: "connection_lost") }
+        var count = 0
+        while let notification = PQnotifies(connection) {
+            PQfreemem(notification)
+            count += 1
+        }
+        return count
+    }
+
     /// Runs `body` in one transaction (SERIALIZABLE unless told otherwise), committing at its end;
     /// a transaction that lost a race to another (serialization failure, deadlock) runs again, up to
     /// `attempts` times. So a decision over several rows — a limit's last unit, an idempotency key —

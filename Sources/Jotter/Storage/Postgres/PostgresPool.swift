@@ -32,4 +32,28 @@ final class PostgresPool: @unchecked Sendable {
     func transaction<T>(serializable: Bool = true, _ body: (PostgresConnection) throws -> T) throws -> T {
         try with { try $0.transaction(serializable: serializable, body) }
     }
+
+    /// Brings the tables named `name` up to `migrations` (step `n`, 1-based, is `migrations[n - 1]`;
+    /// statements separated by `;`), one node at a time: a second node starting at once waits on the
+    /// advisory lock, then finds the tables made. A schema newer than this Jotter stops the start.
+    func migrate(_ name: String, _ migrations: [String]) throws {
+        try transaction(serializable: false) { connection in
+            try connection.execute("SELECT pg_advisory_xact_lock(7374)")
+            try connection.execute("CREATE TABLE IF NOT EXISTS jotter_schema (name TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            let current = try connection.execute("SELECT version FROM jotter_schema WHERE name = $1", [.text(name)])
+                .first?.int64(0) ?? 0
+            guard current <= Int64(migrations.count) else {
+                throw PostgresConnection.Failure(sqlState: nil, kind: "schema \(name) \(current) is newer than this Jotter")
+            }
+            for (index, sql) in migrations.enumerated() where Int64(index + 1) > current {
+                for statement in sql.split(separator: ";") where !statement.allSatisfy(\.isWhitespace) {
+                    try connection.execute(String(statement))
+                }
+                try connection.execute("""
+                    INSERT INTO jotter_schema (name, version) VALUES ($1, $2)
+                    ON CONFLICT (name) DO UPDATE SET version = excluded.version
+                    """, [.text(name), .integer(Int64(index + 1))])
+            }
+        }
+    }
 }

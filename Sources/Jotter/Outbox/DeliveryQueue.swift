@@ -1,0 +1,89 @@
+/// What the delivery worker asks of the memos it delivers: claim what is due, persist what the
+/// `DeliveryLifecycle` decides, and a few bulk steps of the breaker. Two stores keep it: a node's own
+/// SQLite `Outbox`, and a relay's `PostgresOutbox`, shared by every relay node.
+///
+/// Every method decides with `DeliveryLifecycle` and only persists; none writes a status in SQL alone.
+public protocol DeliveryQueue: AnyObject, Sendable {
+    /// Claims up to `limit` memos that are due, each held for `leaseMilliseconds`, opened.
+    func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage]
+
+    /// Applies `decide` to memo `id`'s stored lifecycle and persists the result, atomically. Returns the
+    /// new lifecycle, or nil when there is no such memo; rethrows the lifecycle's refusal (nothing is
+    /// written then). `durable: false` for bookkeeping whose loss a repeat makes harmless.
+    @discardableResult
+    func transition(id: String, durable: Bool,
+                    _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> DeliveryLifecycle?
+
+    /// The reason of the oldest memo held for one of `reasons`, if any (at start: the relay refused before).
+    func heldReason(among reasons: Set<String>) throws -> String?
+
+    /// Holds every waiting (queued or retrying) memo with `reason`. Returns how many.
+    @discardableResult
+    func holdWaiting(reason: String) throws -> Int
+
+    /// Puts up to `limit` memos held for one of `reasons` back in the queue, oldest first.
+    @discardableResult
+    func releaseHeld(reasons: Set<String>, limit: Int) throws -> Int
+
+    /// Makes every waiting retry due now (the relay answers again after an outage).
+    func makeRetriesDue() throws
+
+    /// Puts memos an earlier process of this node left `sending` back in the queue. Returns how many.
+    @discardableResult
+    func recoverInterrupted() throws -> Int
+
+    /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
+    func nextDueAt() throws -> Int64?
+
+    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms).
+    func purgeSubjects(deliveredBefore cutoff: Int64) throws
+
+    /// Memos accepted before `cutoff` (epoch ms) and still not delivered, oldest first, at most `limit`.
+    func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord]
+}
+
+extension DeliveryQueue {
+    /// Puts every memo held for one of `reasons` back in the queue.
+    @discardableResult
+    public func releaseHeld(reasons: Set<String>) throws -> Int {
+        try releaseHeld(reasons: reasons, limit: .max)
+    }
+}
+
+/// Everything `jotter relay` needs of its outbox: the worker's queue, accepting messages, reading their
+/// records, the hashing secret its keys derive from, and a fingerprint of the mail configuration.
+public protocol MessageOutbox: DeliveryQueue {
+    /// Stores `draft`; `completion` runs once it is durable, or with the reason it was not stored.
+    func enqueue(_ draft: MemoDraft,
+                 completion: @escaping @Sendable (Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>) -> Void)
+
+    /// Message `id`'s delivery record.
+    func record(id: String) throws -> MessageRecord?
+
+    /// A subkey of the hashing secret for another component.
+    func hashingKey(purpose: String) throws -> SymmetricKey
+
+    /// Records `fingerprint` for `name`; says whether it differs from the one stored before.
+    func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool
+
+    /// Puts every `failed` memo back in the queue. Returns how many.
+    @discardableResult
+    func requeueFailed() throws -> Int
+
+    /// Called after a message is durably stored (by anyone sharing the store, where it can tell).
+    func setOnAccepted(_ handler: (@Sendable () -> Void)?)
+
+    /// Closes the store after what it was given is done.
+    func close()
+}
+
+extension MessageOutbox {
+    /// `enqueue` for async callers.
+    public func enqueue(_ draft: MemoDraft) async throws(Outbox.EnqueueError) -> Outbox.EnqueueOutcome {
+        let result = await withCheckedContinuation { continuation in
+            enqueue(draft) { continuation.resume(returning: $0) }
+        }
+        return try result.get()
+    }
+}
