@@ -163,6 +163,22 @@ import Testing
         #expect(lifecycle.isDue(now: Self.now))
     }
 
+    @Test func aLiveSenderRenewsItsLeaseButNotAnotherAttempts() throws {
+        var lifecycle = DeliveryLifecycle(status: .sending, attempts: 2, backoffStep: 1, leaseUntil: Self.now + Self.lease)
+        try lifecycle.renewLease(attempt: 2, now: Self.now + 100_000, leaseMilliseconds: Self.lease)
+        #expect(lifecycle == DeliveryLifecycle(status: .sending, attempts: 2, backoffStep: 1,
+                                               leaseUntil: Self.now + 100_000 + Self.lease))
+        #expect(!lifecycle.isDue(now: Self.now + Self.lease + 1), "the renewed lease holds past the first")
+        // Another node took it over after the lease ran out (attempt 3): the old sender's renewal is refused.
+        var takenOver = lifecycle
+        try takenOver.claim(now: Self.now + 100_000 + Self.lease, leaseMilliseconds: Self.lease)
+        let before = takenOver
+        #expect(throws: DeliveryLifecycle.Refusal(transition: "renewLease", from: .sending)) {
+            try takenOver.renewLease(attempt: 2, now: Self.now + 300_000, leaseMilliseconds: Self.lease)
+        }
+        #expect(takenOver == before)
+    }
+
     /// Which transitions each status allows: everything else is refused and changes nothing.
     @Test func everyIllegalTransitionIsRefusedAndChangesNothing() {
         let failure = DeliveryFailure(.timeout, permanent: false)
@@ -178,10 +194,12 @@ import Testing
             ("requeue", { l throws(DeliveryLifecycle.Refusal) in try l.requeue(now: far) }),
             ("interrupted", { l throws(DeliveryLifecycle.Refusal) in try l.interrupted(now: far) }),
             ("cancel", { l throws(DeliveryLifecycle.Refusal) in try l.cancel(now: far) }),
+            ("renewLease", { l throws(DeliveryLifecycle.Refusal) in
+                try l.renewLease(attempt: l.attempts, now: far, leaseMilliseconds: Self.lease) }),
         ]
         let allowed: [DeliveryStatus: Set<String>] = [
             .queued: ["claim", "hold"],
-            .sending: ["claim", "delivered", "attemptFailed", "relayUnreachable", "hold", "interrupted"],
+            .sending: ["claim", "delivered", "attemptFailed", "relayUnreachable", "hold", "interrupted", "renewLease"],
             .retrying: ["claim", "relayAnswers", "hold"],
             .sent: [],
             .failed: ["hold", "requeue"],

@@ -147,4 +147,35 @@ struct RelayNodesTests {
         #expect(two.standardError.contains("delivered") && two.standardError.contains(id),
                 "the second node logged its delivery by id: \(two.standardError)")
     }
+
+    @Test func aSlowSendOutlivingItsLeaseIsNotTakenOverWhileItsNodeLives() throws {
+        let cluster = try PostgresCluster()
+        defer { cluster.stop() }
+        let directory = TemporaryDirectory()
+        // The code mail goes through; the message takes 8 s, past a lease of 2 s, renewed every ~0.7 s.
+        let api = try ScriptedRelay(script: [.accept, .acceptSlowly(milliseconds: 8000)], directory: directory.file("api"))
+        defer { api.stop() }
+        let configure: (inout RelayConfiguration) -> Void = {
+            $0.store = .postgres(url: cluster.url)
+            $0.mail = "resend://re_test_key?from=relay@example.com&base=\(api.baseURL)&timeout=30"
+            $0.delivery.leaseMilliseconds = 2000
+        }
+        let first = directory.file("node-1"), second = directory.file("node-2")
+        let one = try RelayServer(dataDirectory: first, configure: configure)
+        defer { one.stop() }
+        try Self.shareKey(from: first, to: second)
+        let two = try RelayServer(dataDirectory: second, configure: configure)
+        defer { two.stop() }
+        let device = try one.register()
+        #expect(try one.requestCode(device.secret, "me@example.com").status == 202)
+        #expect(TestServer.waitUntil(timeout: 30) { api.emails.count == 1 })
+        let code = try #require(RelayServer.code(in: api.emails.first?.json?["text"] as? String ?? ""))
+        #expect(try one.confirm(device.secret, "me@example.com", code).status == 200)
+
+        let id = try #require(Self.id(try one.send(device.secret, to: "me@example.com", body: "slow")))
+        #expect(TestServer.waitUntil(timeout: 60) { (try? two.messages.record(id: id))??.status == .sent })
+        #expect(api.requests.filter { $0.idempotencyKey == id }.count == 1,
+                "one attempt: \(api.requests.filter { $0.idempotencyKey == id }.map(\.action))")
+        #expect(!(one.logs.captured + two.logs.captured).contains("lease lost"))
+    }
 }

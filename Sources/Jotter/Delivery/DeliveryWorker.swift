@@ -70,6 +70,10 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// time, so a wrong password costs one failed login, not one per slot.
     private var relayProven = false
     private let random = Mutex(SystemRandomNumberGenerator())
+    /// Memos this process is sending, with their attempt numbers (whose leases it renews).
+    private var sending: [String: Int] = [:]
+    /// Renews the leases of `sending` while other processes share the queue (`leasesAreShared`).
+    private var renewal: (any SchedulerTimer)?
     private let wakePending = Atomic<Bool>(false)
 
     /// A worker for `outbox` delivering through `transport`.
@@ -106,6 +110,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
             stopped = false
             timer = scheduler.makeTimer(queue: control) { [unowned self] in self.pump() }
+            if outbox.leasesAreShared {
+                renewal = scheduler.makeTimer(queue: control) { [unowned self] in self.renewLeases() }
+                renewal?.arm(afterMilliseconds: renewalMilliseconds)
+            }
         }
         wake()
     }
@@ -137,6 +145,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             stopped = true
             timer?.cancel()
             timer = nil
+            renewal?.cancel()
+            renewal = nil
         }
         _ = idle.wait(timeout: .now() + timeout)
         // One last try for outcomes the disk refused: otherwise the next start re-sends those memos.
@@ -204,11 +214,13 @@ public final class DeliveryWorker: @unchecked Sendable {
         // lease is for a process that died, not for this one.
         guard settling.withLock({ $0.insert(message.id).inserted }) else { return }
         inFlight += 1
+        sending[message.id] = message.attempt
         idle.enter()
         senders.async {
             self.deliver(message)
             self.control.async {
                 self.inFlight -= 1
+                self.sending[message.id] = nil
                 self.idle.leave()
                 if case .refused = self.relayState, self.retestAt == nil {
                     // The test was inconclusive (a timeout, say): the relay stays refused for now.
@@ -217,6 +229,29 @@ public final class DeliveryWorker: @unchecked Sendable {
                 self.pump()
             }
         }
+    }
+
+    /// How often leases are renewed: a third of a lease, so two renewals may fail before it runs out.
+    private var renewalMilliseconds: Int64 { max(configuration.leaseMilliseconds / 3, 1) }
+
+    /// Extends the lease of every memo this process is still sending, so another node sharing the
+    /// queue does not take over a send that is slow but alive (and deliver it a second time).
+    private func renewLeases() {
+        dispatchPrecondition(condition: .onQueue(control))
+        guard !stopped else { return }
+        let now = clock.nowMilliseconds(), lease = configuration.leaseMilliseconds
+        for (id, attempt) in sending {
+            do {
+                try outbox.transition(id: id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                    try lifecycle.renewLease(attempt: attempt, now: now, leaseMilliseconds: lease)
+                }
+            } catch is DeliveryLifecycle.Refusal {
+                logger.warning("lease lost: another node took the memo over", metadata: ["message.id": id])
+            } catch {
+                logger.error("renewing a lease failed", metadata: ["message.id": id, "error.kind": Self.kind(of: error)])
+            }
+        }
+        renewal?.arm(afterMilliseconds: renewalMilliseconds)
     }
 
     /// While the relay refuses: new and waiting memos are held with its reason; when a test is due,

@@ -8,7 +8,8 @@
 ///                              │ │              └→ failed ─requeue→ queued
 ///                              │ ├─relayUnreachable→ retrying(at), the ladder where it was
 ///                              │ ├─hold→ held ─requeue→ queued
-///                              │ └─interrupted (the process stopped) → queued
+///                              │ ├─interrupted (the process stopped) → queued
+///                              │ └─renewLease (the sender is alive, same attempt) → sending
 ///                              └─claim (lease ran out: a crashed send) → sending
 /// retrying ─relayAnswers→ retrying(now)
 /// ```
@@ -153,6 +154,14 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         status = .queued
         leaseUntil = nil
         nextAttemptAt = now
+    }
+
+    /// The process sending attempt `attempt` is alive and still at it: its claim holds for another
+    /// `leaseMilliseconds` from `now`, so no other node takes the memo over. Refused once the memo has
+    /// moved on (another node's claim after a lease ran out is another attempt).
+    public mutating func renewLease(attempt: Int, now: Int64, leaseMilliseconds: Int64) throws(Refusal) {
+        guard status == .sending, attempts == attempt else { throw Refusal(transition: "renewLease", from: status) }
+        leaseUntil = now + leaseMilliseconds
     }
 
     private func expect(_ wanted: DeliveryStatus, _ transition: String) throws(Refusal) {

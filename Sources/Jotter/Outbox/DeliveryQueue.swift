@@ -41,9 +41,15 @@ public protocol DeliveryQueue: AnyObject, Sendable {
 
     /// Memos accepted before `cutoff` (epoch ms) and still not delivered, oldest first, at most `limit`.
     func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord]
+
+    /// True when other processes claim from the same queue: the worker then renews the leases of its
+    /// sends in flight, so a slow send is not taken over while its sender lives.
+    var leasesAreShared: Bool { get }
 }
 
 extension DeliveryQueue {
+    public var leasesAreShared: Bool { false }
+
     /// Puts every memo held for one of `reasons` back in the queue.
     @discardableResult
     public func releaseHeld(reasons: Set<String>) throws -> Int {

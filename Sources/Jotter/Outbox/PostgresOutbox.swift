@@ -87,6 +87,9 @@ public final class PostgresOutbox: MessageOutbox {
         return try SymmetricKey(bytes: secret)
     }
 
+    /// Every node claims from this queue.
+    public var leasesAreShared: Bool { true }
+
     public func close() {
         listener.stop()
     }
