@@ -73,6 +73,11 @@ public protocol MessageOutbox: DeliveryQueue {
     /// Records `fingerprint` for `name`; says whether it differs from the one stored before.
     func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool
 
+    /// Deletes messages delivered (or cancelled) before `cutoff` (epoch ms), and their records. Memos
+    /// still on their way, failed or held are kept. Returns how many were deleted.
+    @discardableResult
+    func forgetFinished(before cutoff: Int64) throws -> Int
+
     /// Puts every `failed` memo back in the queue. Returns how many.
     @discardableResult
     func requeueFailed() throws -> Int

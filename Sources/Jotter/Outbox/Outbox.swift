@@ -347,4 +347,15 @@ extension Outbox {
     public func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool {
         try settings.changed(name, fingerprint: fingerprint)
     }
+
+    /// (A relay's outbox only: a composer keeps its history.)
+    @discardableResult
+    public func forgetFinished(before cutoff: Int64) throws -> Int {
+        try database.write(durable: false) { database in
+            try database.run("""
+                DELETE FROM messages WHERE status IN ('sent', 'cancelled') AND COALESCE(delivered_at, created_at) < ?
+                """, [.integer(cutoff)])
+            return database.changes
+        }
+    }
 }

@@ -323,6 +323,16 @@ public final class PostgresOutbox: MessageOutbox {
         }
     }
 
+    @discardableResult
+    public func forgetFinished(before cutoff: Int64) throws -> Int {
+        try pool.with { connection in
+            try connection.execute("""
+                DELETE FROM jotter_messages WHERE status IN ('sent', 'cancelled')
+                AND COALESCE(delivered_at, created_at) < $1 RETURNING 1
+                """, [.integer(cutoff)]).count
+        }
+    }
+
     public func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool {
         let keyed = HMAC.sha256(fingerprint, key: hashingSecret)
         return try pool.transaction(serializable: false) { connection in

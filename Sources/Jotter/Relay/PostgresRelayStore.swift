@@ -298,8 +298,9 @@ public final class PostgresRelayStore: RelayStore {
     /// one over), so nothing is done here.
     public func recoverInterrupted() throws {}
 
-    public func purge(now: Int64) throws {
+    public func purge(now: Int64, messagesBefore: Int64) throws {
         try pool.transaction(serializable: false) { connection in
+            try connection.execute("DELETE FROM relay_messages WHERE created_at < $1", [.integer(messagesBefore)])
             try connection.execute("DELETE FROM relay_idempotency WHERE expires_at <= $1", [.integer(now)])
             try connection.execute("DELETE FROM relay_counters WHERE window_end <= $1", [.integer(now)])
             try connection.execute("DELETE FROM relay_code_issues WHERE issued_at <= $1", [.integer(now - 86_400_000)])

@@ -42,6 +42,9 @@ public struct RelayConfiguration: Sendable {
     public var codes = CodePolicy()
     /// How long an `Idempotency-Key` is remembered, in milliseconds (24 hours).
     public var idempotencyRetentionMilliseconds: Int64 = 24 * 3_600_000
+    /// How long a delivered (or cancelled) message's record stays, for `GET /v1/messages/{id}`; never
+    /// shorter than the idempotency retention (a replay answers with the message's id).
+    public var messageRetentionMilliseconds: Int64 = 30 * 24 * 3_600_000
     /// How long a request may hold an `Idempotency-Key` while its message is being stored; a holder
     /// that dies (a crash) lets the key go after this.
     public var idempotencyLeaseMilliseconds: Int64 = 30_000

@@ -276,9 +276,13 @@ public final class RelayService: Sendable {
         try store.recoverInterrupted()
     }
 
-    /// Forgets what no rule needs any more.
+    /// Forgets what no rule needs any more: expired keys, counters and codes; and delivered messages
+    /// past their retention, with the record of which device sent them.
     public func purge() throws {
-        try store.purge(now: clock.nowMilliseconds())
+        let now = clock.nowMilliseconds()
+        let cutoff = now - max(configuration.messageRetentionMilliseconds, configuration.idempotencyRetentionMilliseconds)
+        try outbox.forgetFinished(before: cutoff)
+        try store.purge(now: now, messagesBefore: cutoff)
     }
 
     // MARK: Helpers

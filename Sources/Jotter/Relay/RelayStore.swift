@@ -53,8 +53,8 @@ public protocol RelayStore: Sendable {
     func recoverInterrupted() throws
 
     /// Forgets what no rule needs any more: expired keys, old counters and code records, used or
-    /// expired invites.
-    func purge(now: Int64) throws
+    /// expired invites, and which device sent the messages accepted before `messagesBefore`.
+    func purge(now: Int64, messagesBefore: Int64) throws
 }
 
 /// One rate-limit layer applied to one request.

@@ -248,8 +248,9 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func purge(now: Int64) throws {
+    public func purge(now: Int64, messagesBefore: Int64) throws {
         try write(durable: false) { database in
+            try database.run("DELETE FROM relay_messages WHERE created_at < ?", [.integer(messagesBefore)])
             try database.run("DELETE FROM relay_idempotency WHERE expires_at <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_counters WHERE window_end <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_code_issues WHERE issued_at <= ?", [.integer(now - 86_400_000)])
