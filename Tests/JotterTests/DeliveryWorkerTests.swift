@@ -13,8 +13,9 @@ import Testing
         let outbox: Outbox
         let worker: DeliveryWorker
 
-        init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0)) throws {
-            transport = ControlledTransport(behaviour)
+        init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0),
+             batchLimit: Int = 1, maximumWait: Double = 30) throws {
+            transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
             var configuration = DeliveryWorker.Configuration()
             configuration.retryPolicy = policy
@@ -40,6 +41,62 @@ import Testing
         func record(_ id: String) throws -> MessageRecord? {
             try outbox.history.record(id: id)
         }
+    }
+
+    @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
+        // A blocked send gives up after `maximumWait`: far longer than a loaded machine needs for the
+        // eleven enqueues below, so the first memo is still the one in the slot when it is released.
+        let fixture = try Fixture(.block, batchLimit: 8, maximumWait: 600)
+        defer { fixture.stop() }
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "alone")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        var later: [String] = []
+        for index in 0..<11 { later.append(try await fixture.outbox.enqueue(MemoDraft(body: "later \(index)")).id) }
+        fixture.transport.release()
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([first] + later).allSatisfy { (try? fixture.record($0))??.status == .sent }
+        }, "\(([first] + later).map { ((try? fixture.record($0)) ?? nil).map { "\($0.status) \($0.attempts)" } ?? "-" })")
+        // One slot for a batching transport: the eleven waited for the first, then went 8 + 3.
+        #expect(fixture.transport.batches == [8, 3], "\(fixture.transport.batches)")
+        #expect(fixture.transport.messages.count == 12, "each memo sent once")
+    }
+
+    /// Memos are due but every slot is busy (the first send, before the relay has accepted any): the
+    /// worker waits for the send to finish, instead of re-arming its timer every millisecond.
+    @Test(arguments: [1, 8])
+    func aDueMemoWaitingForABusySlotDoesNotSpinTheTimer(batchLimit: Int) async throws {
+        let fixture = try Fixture(.block, batchLimit: batchLimit, maximumWait: 600)
+        defer { fixture.stop() }
+        _ = try await fixture.outbox.enqueue(MemoDraft(body: "in the slot"))
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        _ = try await fixture.outbox.enqueue(MemoDraft(body: "due, waiting for the slot"))
+        let now = fixture.now
+        #expect(fixture.waitForDeadline(now + 60_000), "armed for \(String(describing: fixture.scheduler.nextDeadline.map { $0 - now }))")
+        fixture.transport.release()
+    }
+
+    @Test func aFailedBatchPutsEachMemoOnItsOwnLadderAndTheRetriesGoOut() async throws {
+        let fixture = try Fixture(.deliver, batchLimit: 8, maximumWait: 600)
+        defer { fixture.stop() }
+        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        fixture.transport.block()
+        let blocking = try await fixture.outbox.enqueue(MemoDraft(body: "holds the slot")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        var batch: [String] = []
+        for index in 0..<4 { batch.append(try await fixture.outbox.enqueue(MemoDraft(body: "batched \(index)")).id) }
+        // The slot's memo and the next batch fail: each memo is retrying, then all are delivered.
+        fixture.transport.fail(with: DeliveryFailure(.serverError, permanent: false))
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([blocking] + batch).allSatisfy { (try? fixture.record($0))??.status == .retrying }
+        })
+        #expect(fixture.transport.batches.last == 4)
+        fixture.transport.release()
+        let due = try #require(try ([blocking] + batch).compactMap { try fixture.record($0)?.nextAttemptAt }.max())
+        fixture.scheduler.advance(milliseconds: due - fixture.now)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([blocking] + batch).allSatisfy { (try? fixture.record($0))??.status == .sent }
+        })
     }
 
     @Test func transientFailuresBackOffOneTwoFourEightSecondsThenDeliver() async throws {

@@ -87,6 +87,44 @@ private enum MaildirReader {
         #expect(entries[0].defects.isEmpty)
     }
 
+    @Test func aBatchDeliversEachMessageOnceAndRepeatsLeaveOneCopy() throws {
+        let directory = TemporaryDirectory()
+        let maildir = directory.file("Maildir")
+        let transport = MaildirTransport(path: maildir)  // not prepared: the batch makes the folders
+        let ids = (0..<10).map { String(format: "00000000-0000-4000-8000-%012d", $0) }
+        let batch = ids.map { Self.message(id: $0, subject: "Memo \($0.suffix(2))", body: "body \($0.suffix(2))") }
+        let first = transport.send(batch: batch)
+        #expect(first.count == 10)
+        #expect(first.allSatisfy { (try? $0.get())?.alreadyDelivered == false })
+        #expect(Self.files(maildir + "/new").count == 10 && Self.files(maildir + "/tmp").isEmpty)
+        // The same batch again, with two new messages among them: only those two are written.
+        let again = transport.send(batch: batch + [Self.message(id: "00000000-0000-4000-8000-000000000010"),
+                                                   Self.message(id: "00000000-0000-4000-8000-000000000011")])
+        #expect(again.prefix(10).allSatisfy { (try? $0.get())?.alreadyDelivered == true })
+        #expect(again.suffix(2).allSatisfy { (try? $0.get())?.alreadyDelivered == false })
+        let entries = try MaildirReader.read(maildir)
+        #expect(entries.count == 12 && entries.allSatisfy(\.defects.isEmpty))
+        #expect(Set(entries.map(\.messageID)).count == 12)
+        #expect(entries.contains { $0.subject == "Memo 07" && $0.body == "body 07" })
+    }
+
+    @Test func aBatchIntoAFolderThatCannotBeWrittenFailsEachMessageTransiently() throws {
+        let directory = TemporaryDirectory()
+        let blocker = directory.file("not-a-folder")
+        #expect(FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8)))
+        let transport = MaildirTransport(path: blocker + "/Maildir")
+        let outcomes = transport.send(batch: [Self.message(id: "00000000-0000-4000-8000-000000000001"),
+                                              Self.message(id: "00000000-0000-4000-8000-000000000002")])
+        #expect(outcomes.count == 2)
+        for outcome in outcomes {
+            guard case .failure(let failure) = outcome else {
+                Issue.record("delivered into a file")
+                continue
+            }
+            #expect(failure.kind == .io && !failure.isPermanent)
+        }
+    }
+
     @Test func deliveryOfAnASCIIMemoRoundTripsExactly() throws {
         let directory = TemporaryDirectory()
         let transport = MaildirTransport(path: directory.path)

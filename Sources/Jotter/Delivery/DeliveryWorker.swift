@@ -170,11 +170,12 @@ public final class DeliveryWorker: @unchecked Sendable {
             pumpWhileRefused(kind: kind, now: now)
             return
         }
-        let free = (relayProven ? configuration.slots : 1) - inFlight
+        let batch = batchSize, free = slotCount - inFlight
         if free > 0 {
             do {
-                for message in try outbox.claimDue(limit: free, leaseMilliseconds: configuration.leaseMilliseconds) {
-                    send(message)
+                let claimed = try outbox.claimDue(limit: free * batch, leaseMilliseconds: configuration.leaseMilliseconds)
+                for start in stride(from: 0, to: claimed.count, by: batch) {
+                    send(Array(claimed[start..<min(start + batch, claimed.count)]))
                 }
             } catch {
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
@@ -187,6 +188,21 @@ public final class DeliveryWorker: @unchecked Sendable {
             warnAboutStuckMemos(now: now)
         }
         scheduleTimer(now: now)
+    }
+
+    /// How many memos one send takes: a batching transport's limit once the relay has accepted a memo.
+    private var batchSize: Int {
+        dispatchPrecondition(condition: .onQueue(control))
+        return relayProven ? transport.batchLimit : 1
+    }
+
+    /// How many sends run at once: one until the relay has accepted a memo (a wrong password then
+    /// costs one failed login, not one per slot), and one for a transport that delivers in batches
+    /// (memos that arrive while a batch is on its way go out together in the next, sharing its
+    /// fsyncs); otherwise `slots`.
+    private var slotCount: Int {
+        dispatchPrecondition(condition: .onQueue(control))
+        return relayProven && transport.batchLimit == 1 ? configuration.slots : 1
     }
 
     /// Memos already warned about (once per memo and process).
@@ -207,20 +223,21 @@ public final class DeliveryWorker: @unchecked Sendable {
         if warned.count > 10_000 { warned.removeAll() }
     }
 
-    /// Hands a claimed memo to a delivery slot.
-    private func send(_ message: ClaimedMessage) {
+    /// Hands claimed memos to a delivery slot, to be sent together.
+    private func send(_ claimed: [ClaimedMessage]) {
         dispatchPrecondition(condition: .onQueue(control))
-        // Its lease ran out while this process still sends it or holds its unwritten outcome: the
-        // lease is for a process that died, not for this one.
-        guard settling.withLock({ $0.insert(message.id).inserted }) else { return }
+        // A memo whose lease ran out while this process still sends it or holds its unwritten outcome:
+        // the lease is for a process that died, not for this one.
+        let batch = settling.withLock { settling in claimed.filter { settling.insert($0.id).inserted } }
+        guard !batch.isEmpty else { return }
         inFlight += 1
-        sending[message.id] = message.attempt
+        for message in batch { sending[message.id] = message.attempt }
         idle.enter()
         senders.async {
-            self.deliver(message)
+            self.deliver(batch)
             self.control.async {
                 self.inFlight -= 1
-                self.sending[message.id] = nil
+                for message in batch { self.sending[message.id] = nil }
                 self.idle.leave()
                 if case .refused = self.relayState, self.retestAt == nil {
                     // The test was inconclusive (a timeout, say): the relay stays refused for now.
@@ -267,7 +284,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 }
                 if let message = test.first {
                     logger.notice("testing the refusing relay with one memo", metadata: ["message.id": message.id])
-                    send(message)
+                    send([message])
                 } else {
                     retestAt = now + configuration.refusedRetestMilliseconds
                 }
@@ -369,60 +386,80 @@ public final class DeliveryWorker: @unchecked Sendable {
         if let due = try? outbox.nextDueAt() {
             delay = min(delay, max(due - now, 0))
         }
-        if inFlight >= configuration.slots && delay == 0 {
+        if inFlight >= slotCount && delay == 0 {
             delay = 60_000  // every slot busy: a finishing send pumps again
         }
         timer?.arm(afterMilliseconds: max(delay, 1))
     }
 
-    private func deliver(_ claimed: ClaimedMessage) {
+    /// Sends `batch` (one memo, or several for a transport that delivers in batches) and records
+    /// each memo's outcome: the deliveries together, in one transaction.
+    private func deliver(_ batch: [ClaimedMessage]) {
         let start = monotonicNanoseconds()
-        guard let content = claimed.content else {
-            logger.error("stored memo cannot be opened; held", metadata: ["message.id": claimed.id])
-            record(claimed.id) { lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: "corrupt") }
-            return
-        }
-        // A relay's message carries its own recipient; a composer's memo goes to the configured one.
-        let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
-        let message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from,
-                                  to: to, subject: content.subject, body: content.body,
-                                  attempt: claimed.attempt)
-        do {
-            let receipt = try transport.send(message)
-            let now = clock.nowMilliseconds()
-            record(claimed.id, durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
-                try lifecycle.delivered(now: now)
+        var ready: [(claimed: ClaimedMessage, message: MailMessage)] = []
+        for claimed in batch {
+            guard let content = claimed.content else {
+                logger.error("stored memo cannot be opened; held", metadata: ["message.id": claimed.id])
+                record(claimed.id) { lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: "corrupt") }
+                continue
             }
-            relayAccepts()
+            // A relay's message carries its own recipient; a composer's memo goes to the configured one.
+            let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
+            ready.append((claimed, MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from, to: to,
+                                               subject: content.subject, body: content.body, attempt: claimed.attempt)))
+        }
+        guard !ready.isEmpty else { return }
+        let outcomes = ready.count == 1
+            ? [Result { () throws(DeliveryFailure) in try transport.send(ready[0].message) }]
+            : transport.send(batch: ready.map(\.message))
+        var delivered: [(claimed: ClaimedMessage, receipt: DeliveryReceipt)] = []
+        for (memo, outcome) in zip(ready, outcomes) {
+            switch outcome {
+            case .success(let receipt): delivered.append((memo.claimed, receipt))
+            case .failure(let failure): attemptFailed(memo.claimed, failure)
+            }
+        }
+        guard !delivered.isEmpty else { return }
+        let now = clock.nowMilliseconds()
+        record(delivered.map(\.claimed.id), durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
+            try lifecycle.delivered(now: now)
+        }
+        relayAccepts()
+        let duration = Self.milliseconds(since: start)
+        for (claimed, receipt) in delivered {
             logger.info("delivered", metadata: [
-                "message.id": claimed.id, "attempt": "\(claimed.attempt)",
-                "duration_ms": Self.milliseconds(since: start), "already": "\(receipt.alreadyDelivered)",
-            ])
-        } catch {
-            let now = clock.nowMilliseconds()
-            let offline = error.isOffline
-            if offline { goOffline() }
-            let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
-            let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
-            // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
-            let refused = error.refusesTheRelay
-            if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
-            let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
-                if refused {
-                    // The relay's failure, not this memo's: it waits, held, with the others.
-                    try lifecycle.hold(reason: error.kind.rawValue)
-                } else if offline {
-                    try lifecycle.relayUnreachable(error, retryAt: probeAt)
-                } else {
-                    try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)
-                }
-            }
-            logger.warning("delivery failed", metadata: [
-                "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
-                "status": after?.status.rawValue ?? "-",
-                "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",
+                "message.id": claimed.id, "attempt": "\(claimed.attempt)", "duration_ms": duration,
+                "already": "\(receipt.alreadyDelivered)",
             ])
         }
+    }
+
+    /// Records a failed attempt as the failure's kind decides: the relay's refusal holds the memo,
+    /// an unreachable relay waits for a probe, anything else climbs the backoff ladder.
+    private func attemptFailed(_ claimed: ClaimedMessage, _ error: DeliveryFailure) {
+        let now = clock.nowMilliseconds()
+        let offline = error.isOffline
+        if offline { goOffline() }
+        let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
+        let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
+        // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
+        let refused = error.refusesTheRelay
+        if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
+        let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
+            if refused {
+                // The relay's failure, not this memo's: it waits, held, with the others.
+                try lifecycle.hold(reason: error.kind.rawValue)
+            } else if offline {
+                try lifecycle.relayUnreachable(error, retryAt: probeAt)
+            } else {
+                try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)
+            }
+        }
+        logger.warning("delivery failed", metadata: [
+            "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
+            "status": after?.status.rawValue ?? "-",
+            "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",
+        ])
     }
 
     /// A lifecycle step decided for a memo, to be persisted.
@@ -447,16 +484,36 @@ public final class DeliveryWorker: @unchecked Sendable {
         } catch is DeliveryLifecycle.Refusal {
             return nil
         } catch {
-            settling.withLock { _ = $0.insert(id) }
+            keep([id], durable: durable, decide, error: error)
+            return nil
+        }
+    }
+
+    /// `record` for several memos, in one transaction.
+    private func record(_ ids: [String], durable: Bool,
+                        _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) {
+        do {
+            defer { settling.withLock { settling in ids.forEach { settling.remove($0) } } }
+            try outbox.transition(ids: ids, durable: durable, decide)
+        } catch {
+            keep(ids, durable: durable, decide, error: error)
+        }
+    }
+
+    /// Keeps outcomes the database would not take, to write them as soon as it does.
+    private func keep(_ ids: [String], durable: Bool,
+                      _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void,
+                      error: any Error) {
+        settling.withLock { settling in ids.forEach { settling.insert($0) } }
+        for id in ids {
             logger.error("recording delivery outcome failed; kept to retry", metadata: [
                 "message.id": id, "error.kind": Self.kind(of: error),
             ])
-            let outcome = Outcome(id: id, durable: durable, decide: decide)
-            control.async {
-                self.unrecorded.append(outcome)
-                self.timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
-            }
-            return nil
+        }
+        let outcomes = ids.map { Outcome(id: $0, durable: durable, decide: decide) }
+        control.async {
+            self.unrecorded += outcomes
+            self.timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
         }
     }
 

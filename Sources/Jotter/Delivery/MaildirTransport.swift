@@ -31,35 +31,71 @@ public struct MaildirTransport: Transport {
     }
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
-        let name = Self.fileName(for: message)
-        let final = "\(path)/new/\(name)"
-        if isDelivered(name: name, lookInCur: message.attempt > 1) {
-            return DeliveryReceipt(alreadyDelivered: true)
+        try send(batch: [message])[0].get()
+    }
+
+    /// Up to 64 messages share one fsync of `new/` (and their files' writeback, started together).
+    public var batchLimit: Int { 64 }
+
+    /// The same steps as `send`, each taken for the whole batch: every file is written to `tmp/`, then
+    /// each is fsynced, linked into `new/`, and `new/` is fsynced once for all of them.
+    public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
+        var outcomes = [Result<DeliveryReceipt, DeliveryFailure>?](repeating: nil, count: messages.count)
+        var written: [(index: Int, name: String, fd: Int32)] = []
+        var prepared = false
+        for (index, message) in messages.enumerated() {
+            let name = Self.fileName(for: message)
+            if isDelivered(name: name, lookInCur: message.attempt > 1) {
+                outcomes[index] = .success(DeliveryReceipt(alreadyDelivered: true))
+                continue
+            }
+            let temporary = "\(path)/tmp/\(name)"
+            unlink(temporary)  // left by an attempt that died before linking
+            let bytes = message.rendered()
+            do throws(SystemError) {
+                written.append((index, name, try FileIO.createFile(temporary, bytes, mode: 0o600)))
+            } catch where error.code == ENOENT && !prepared {
+                // First use without `prepare()`, or the folders were removed while running.
+                prepared = true
+                if (try? prepare()) != nil, let fd = try? FileIO.createFile(temporary, bytes, mode: 0o600) {
+                    written.append((index, name, fd))
+                } else {
+                    unlink(temporary)
+                    outcomes[index] = .failure(Self.failure(ENOENT))
+                }
+            } catch {
+                unlink(temporary)
+                outcomes[index] = .failure(Self.failure(error.code))
+            }
         }
-        let temporary = "\(path)/tmp/\(name)"
-        unlink(temporary)  // left by an attempt that died before linking
-        let bytes = message.rendered()
-        do {
-            try FileIO.writeFile(temporary, bytes, mode: 0o600, flags: O_CREAT | O_EXCL)
-        } catch where error.code == ENOENT {
-            // First use without `prepare()`, or the folders were removed while running: create them.
-            try prepare()
-            try Self.writeTemporary(temporary, bytes)
-        } catch {
-            unlink(temporary)
-            throw Self.failure(error.code)
+        var linked: [Int] = []
+        for file in written {
+            let temporary = "\(path)/tmp/\(file.name)"
+            defer { unlink(temporary) }
+            let synced = fsync(file.fd) == 0
+            close(file.fd)
+            guard synced else {
+                outcomes[file.index] = .failure(Self.failure(errno))
+                continue
+            }
+            if link(temporary, "\(path)/new/\(file.name)") == 0 {
+                linked.append(file.index)
+            } else {
+                outcomes[file.index] = errno == EEXIST ? .success(DeliveryReceipt(alreadyDelivered: true))
+                                                       : .failure(Self.failure(errno))
+            }
         }
-        defer { unlink(temporary) }
-        if link(temporary, final) != 0 {
-            if errno == EEXIST { return DeliveryReceipt(alreadyDelivered: true) }
-            throw Self.failure(errno)
+        if !linked.isEmpty {
+            let durable: Result<DeliveryReceipt, DeliveryFailure>
+            do throws(SystemError) {
+                try FileIO.syncDirectory("\(path)/new")
+                durable = .success(DeliveryReceipt())
+            } catch {
+                durable = .failure(Self.failure(error.code))
+            }
+            for index in linked { outcomes[index] = durable }
         }
-        do {
-            try FileIO.syncDirectory("\(path)/new")
-        } catch {
-            throw Self.failure(error.code)
-        }
-        return DeliveryReceipt()
+        return outcomes.map { $0 ?? .failure(Self.failure(0)) }
     }
 
     /// True when `name` is in `new/`, or in `cur/` with an info suffix (`name:2,S`).
@@ -76,15 +112,6 @@ public struct MaildirTransport: Transport {
             if entryName == name || entryName.hasPrefix(prefix) { return true }
         }
         return false
-    }
-
-    private static func writeTemporary(_ temporary: String, _ bytes: [UInt8]) throws(DeliveryFailure) {
-        do {
-            try FileIO.writeFile(temporary, bytes, mode: 0o600, flags: O_CREAT | O_EXCL)
-        } catch {
-            unlink(temporary)
-            throw Self.failure(error.code)
-        }
     }
 
     /// File-system errors are transient (a full disk can be freed); the kind is `io`.

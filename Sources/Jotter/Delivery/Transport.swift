@@ -19,10 +19,23 @@ public protocol Transport: Sendable {
     /// `message.id`). Then a delivery's outcome need not be fsynced on its own: if power loss undoes
     /// it, the repeat is harmless. SMTP and sendmail have no such key (DESIGN, "Power loss").
     var repeatsHarmlessly: Bool { get }
+
+    /// How many messages one `send(batch:)` may take; 1 when delivering together shares nothing.
+    var batchLimit: Int { get }
+
+    /// Delivers several messages at once, sharing what the destination lets them share (a Maildir:
+    /// the folder's fsync). One outcome per message, in order; each is final on its own, as `send`'s.
+    func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>]
 }
 
 extension Transport {
     public func prepare() throws(DeliveryFailure) {}
     public func probe() -> Bool { true }
     public var repeatsHarmlessly: Bool { false }
+    public var batchLimit: Int { 1 }
+
+    /// One by one.
+    public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
+        messages.map { message in Result { () throws(DeliveryFailure) in try send(message) } }
+    }
 }

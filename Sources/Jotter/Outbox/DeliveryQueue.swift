@@ -15,6 +15,13 @@ public protocol DeliveryQueue: AnyObject, Sendable {
                     _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
         -> DeliveryLifecycle?
 
+    /// `transition` for several memos in one transaction (a batch's outcomes): each memo's lifecycle gets
+    /// `decide`; one that refuses, or is gone, is left as it is. Returns the memos changed.
+    @discardableResult
+    func transition(ids: [String], durable: Bool,
+                    _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> [String: DeliveryLifecycle]
+
     /// The reason of the oldest memo held for one of `reasons`, if any (at start: the relay refused before).
     func heldReason(among reasons: Set<String>) throws -> String?
 

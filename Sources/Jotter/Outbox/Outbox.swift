@@ -142,6 +142,21 @@ public final class Outbox: MessageOutbox {
         }
     }
 
+    @discardableResult
+    public func transition(ids: [String], durable: Bool,
+                           _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> [String: DeliveryLifecycle] {
+        try database.write(durable: durable) { database in
+            var changed: [String: DeliveryLifecycle] = [:]
+            for id in ids {
+                if case .changed(let after) = try Self.apply(decide, to: id, store: store, in: database) {
+                    changed[id] = after
+                }
+            }
+            return changed
+        }
+    }
+
     /// What applying a lifecycle step to one memo came to.
     private enum Applied {
         case notFound

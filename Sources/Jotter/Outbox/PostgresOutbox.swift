@@ -211,6 +211,26 @@ public final class PostgresOutbox: MessageOutbox {
         }
     }
 
+    @discardableResult
+    public func transition(ids: [String], durable: Bool,
+                           _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> [String: DeliveryLifecycle] {
+        try pool.transaction(serializable: false) { connection in
+            var changed: [String: DeliveryLifecycle] = [:]
+            for id in ids {
+                guard let row = try connection.execute(
+                    "SELECT \(Self.lifecycleColumns) FROM jotter_messages WHERE id = $1 FOR UPDATE", [.text(id)]).first else {
+                    continue
+                }
+                var lifecycle = Self.lifecycle(row, from: 0)
+                guard (try? decide(&lifecycle)) != nil else { continue }
+                try Self.persist(lifecycle, id: id, in: connection)
+                changed[id] = lifecycle
+            }
+            return changed
+        }
+    }
+
     /// Applies `decide` to every message in `statuses` (that `matching` accepts, at most `limit`),
     /// oldest first, in one transaction; rows another node holds are left to it. Returns how many changed.
     private func transitionAll(in statuses: [DeliveryStatus], limit: Int = .max,

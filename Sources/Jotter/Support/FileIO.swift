@@ -62,6 +62,20 @@ enum FileIO {
         guard fsync(fd) == 0 else { throw .current }
     }
 
+    /// Creates `path` (it must not exist) with `mode` and writes `bytes`; returns the open descriptor,
+    /// not yet fsynced (a batch fsyncs its files together, after all are written).
+    static func createFile(_ path: String, _ bytes: [UInt8], mode: mode_t) throws(SystemError) -> Int32 {
+        let fd = open(path, O_WRONLY | O_CLOEXEC | O_CREAT | O_EXCL, mode)
+        guard fd >= 0 else { throw .current }
+        do {
+            try write(fd, bytes)
+        } catch {
+            close(fd)
+            throw error
+        }
+        return fd
+    }
+
     /// fsyncs the directory at `path`, making a link, rename or unlink in it durable.
     static func syncDirectory(_ path: String) throws(SystemError) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

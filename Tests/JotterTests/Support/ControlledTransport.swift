@@ -26,12 +26,28 @@ final class ControlledTransport: Transport, @unchecked Sendable {
     private var waiting = 0
     private let next: (any Transport)?
     private let maximumWait: Double
+    private var batchSizes: [Int] = []
+    /// How many messages one `send(batch:)` may take (1: the worker sends one at a time).
+    let batchLimit: Int
 
     /// A transport that starts out doing `behaviour`.
-    init(_ behaviour: Behaviour = .deliver, forwardingTo next: (any Transport)? = nil, maximumWait: Double = 30) {
+    init(_ behaviour: Behaviour = .deliver, forwardingTo next: (any Transport)? = nil, maximumWait: Double = 30,
+         batchLimit: Int = 1) {
         self.behaviour = behaviour
         self.next = next
         self.maximumWait = maximumWait
+        self.batchLimit = batchLimit
+    }
+
+    /// The size of each `send(batch:)` call, in order.
+    var batches: [Int] {
+        condition.withLock { batchSizes }
+    }
+
+    /// Records the batch, then sends its messages one by one.
+    func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
+        condition.withLock { batchSizes.append(messages.count) }
+        return messages.map { message in Result { () throws(DeliveryFailure) in try send(message) } }
     }
 
     /// Every message handed to `send`, in order (one entry per attempt).
