@@ -107,6 +107,18 @@ import Testing
         #expect(text.replacingLiterally("\r\n", with: "\n").replacingLiterally("\r", with: "\n") == "a\n\nb\nc\n")
     }
 
+    @Test func headerNamesCompareWithoutRegardToASCIICaseOnly() {
+        #expect("Content-Type".caseInsensitiveEquals("content-TYPE"))
+        #expect("X-1_@[".caseInsensitiveEquals("x-1_@["))
+        #expect(!"Host".caseInsensitiveEquals("Hosts") && !"Host".caseInsensitiveEquals("Hos"))
+        // Only letters fold: '@' (0x40) and '`' (0x60), '[' and '{' differ by the same bit.
+        #expect(!"@".caseInsensitiveEquals("`") && !"[".caseInsensitiveEquals("{"))
+        #expect(!"K".caseInsensitiveEquals("\u{212A}"), "the Kelvin sign is not a K here")
+        #expect("".caseInsensitiveEquals(""))
+        let bridged = String(decoding: Array("ACCEPT".utf8), as: UTF8.self)
+        #expect(bridged.caseInsensitiveEquals(String("xaccept".dropFirst())))
+    }
+
     @Test func searchingFindsTheFirstOccurrence() throws {
         let html = "<p>é</p><script>one</script><script>two</script>"
         let range = try #require(html.firstLiteralRange(of: "<script>"))

