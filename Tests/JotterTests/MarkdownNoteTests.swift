@@ -53,6 +53,27 @@ import Testing
         #expect(note.contains("let x = 1") && note.contains("still inside"), "nothing of a memo is lost")
     }
 
+    /// A batch is the same note as the memos sent one by one: each memo once, in order, per day's
+    /// note, the same structure — written with one read, one write and one fsync per note.
+    @Test func aBatchWritesEachMemoOnceIntoItsOwnDaysNote() throws {
+        let directory = TemporaryDirectory(), oneByOne = TemporaryDirectory()
+        let batched = MarkdownTransport(folder: directory.path), single = MarkdownTransport(folder: oneByOne.path)
+        let nextDay = Self.date + 86_400_000
+        let first = [Self.memo("a", "look:\n```swift\nlet x = 1"), Self.memo("b", "## not an entry")]
+        _ = try batched.send(Self.memo("a", "look:\n```swift\nlet x = 1"))  // a retry of "a" comes in the batch
+        let memos = first + [Self.memo("t", "tomorrow", date: nextDay), Self.memo("b", "## not an entry"),
+                             Self.memo("c", "last")]
+        let outcomes = batched.send(batch: memos)
+        #expect(outcomes.map { (try? $0.get())?.alreadyDelivered } == [true, false, false, true, false])
+        for memo in [first[0]] + memos where (try? single.send(memo)) == nil { Issue.record("one by one failed") }
+        for date in [Self.date, nextDay] {
+            let name = MarkdownTransport.localDayAndTime(milliseconds: date).day + ".md"
+            let note = try String(contentsOfFile: directory.file(name), encoding: .utf8)
+            #expect(note == (try String(contentsOfFile: oneByOne.file(name), encoding: .utf8)), "\(note)")
+            #expect(Self.structure(note).fencesClosed)
+        }
+    }
+
     @Test func otherProgramsAppendingAtTheSameTimeKeepTheirLines() throws {
         let directory = TemporaryDirectory()
         let transport = MarkdownTransport(folder: directory.path)

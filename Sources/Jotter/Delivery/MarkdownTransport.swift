@@ -114,10 +114,42 @@ public final class MarkdownTransport: Transport {
     }
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
-        let relative = Self.format(filePattern, milliseconds: message.date)
-        let heading = Self.format(headingPattern, milliseconds: message.date)
+        try send(batch: [message])[0].get()
+    }
+
+    /// Up to 64 memos at once: the memos for one note are appended in one write and one fsync, after
+    /// one read of the note.
+    public var batchLimit: Int { 64 }
+
+    public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
+        var outcomes = [Result<DeliveryReceipt, DeliveryFailure>](repeating: .failure(DeliveryFailure(.io, permanent: false)),
+                                                                  count: messages.count)
+        // Each note in the order its first memo came, its memos in their order.
+        var notes: [(relative: String, indices: [Int])] = []
+        for (index, message) in messages.enumerated() {
+            let relative = Self.format(filePattern, milliseconds: message.date)
+            if let note = notes.firstIndex(where: { $0.relative == relative }) {
+                notes[note].indices.append(index)
+            } else {
+                notes.append((relative, [index]))
+            }
+        }
+        for note in notes {
+            do throws(DeliveryFailure) {
+                let receipts = try append(note.indices.map { messages[$0] }, to: note.relative)
+                for (index, receipt) in zip(note.indices, receipts) { outcomes[index] = .success(receipt) }
+            } catch {
+                for index in note.indices { outcomes[index] = .failure(error) }
+            }
+        }
+        return outcomes
+    }
+
+    /// Appends the entries of `messages` not yet in the note at `relative` (under `folder`), in one
+    /// write and one fsync; a memo already there (a retry) is reported as already delivered.
+    private func append(_ messages: [MailMessage], to relative: String) throws(DeliveryFailure) -> [DeliveryReceipt] {
         let path = "\(folder)/\(relative)"
-        return try lock.withLock { _ throws(DeliveryFailure) -> DeliveryReceipt in
+        return try lock.withLock { _ throws(DeliveryFailure) -> [DeliveryReceipt] in
             var lockFD = open("\(folder)/.jotter.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             if lockFD < 0 && errno == ENOENT {
                 // First use without `prepare()`, or the folder was removed while running: create it.
@@ -139,22 +171,33 @@ public final class MarkdownTransport: Transport {
             guard fd >= 0 else { throw DeliveryFailure(.io, permanent: false) }
             defer { close(fd) }
             let existing = try Self.readAll(fd)
-            if String(decoding: existing, as: UTF8.self).contains(Self.marker(message.id)) {
-                return DeliveryReceipt(alreadyDelivered: true)
+            let note = String(decoding: existing, as: UTF8.self)
+            var receipts: [DeliveryReceipt] = []
+            var entries: [UInt8] = []
+            var written = Set<String>()
+            var lastByte = existing.last
+            for message in messages {
+                guard !note.contains(Self.marker(message.id)), written.insert(message.id).inserted else {
+                    receipts.append(DeliveryReceipt(alreadyDelivered: true))
+                    continue
+                }
+                if let last = lastByte {
+                    if last != 10 { entries.append(10) }
+                    entries.append(10)
+                }
+                let heading = Self.format(headingPattern, milliseconds: message.date)
+                entries += Self.entry(message, heading: heading).utf8
+                lastByte = entries.last
+                receipts.append(DeliveryReceipt())
             }
-            var entry: [UInt8] = []
-            if !existing.isEmpty {
-                if existing.last != 10 { entry.append(10) }
-                entry.append(10)
-            }
-            entry += Self.entry(message, heading: heading).utf8
+            guard !entries.isEmpty else { return receipts }
             // One write: appends by other programs land before or after it, never inside.
-            guard Self.append(fd, entry), fsync(fd) == 0 else { throw DeliveryFailure(.io, permanent: false) }
+            guard Self.append(fd, entries), fsync(fd) == 0 else { throw DeliveryFailure(.io, permanent: false) }
             if existing.isEmpty {
                 // A new note: its directory entry too.
                 try? FileIO.syncDirectory(relative.lastIndex(of: "/").map { folder + "/" + relative[..<$0] } ?? folder)
             }
-            return DeliveryReceipt()
+            return receipts
         }
     }
 
