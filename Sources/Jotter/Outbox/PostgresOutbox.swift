@@ -24,6 +24,10 @@ public final class PostgresOutbox: MessageOutbox {
     private let clock: any WallClock
     private let listener: PostgresListener
     private let onAccepted = Callback()
+    private let announcing = Throttle(everyMilliseconds: PostgresOutbox.notifyEveryMilliseconds)
+
+    /// How often a node announces new messages to the others, at most.
+    static let notifyEveryMilliseconds: Int64 = 50
 
     /// Connects to `url`, creates or migrates the outbox's tables, and reads (or, on the first node,
     /// makes) the hashing secret. Throws `Outbox.OpenError.keyNotShared` if `key` (read from `keyPath`)
@@ -134,7 +138,13 @@ public final class PostgresOutbox: MessageOutbox {
                       Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .bytes($0) } ?? .null,
                       .bytes(memo.payloadHash)])
             guard inserted.count == 0, let hash = memo.idempotencyHash else {
-                try connection.execute("SELECT pg_notify($1, '')", [.text(Self.channel)])
+                // NOTIFY serialises every committing transaction that sent one (PostgreSQL takes a
+                // database-wide lock for it at COMMIT), so a node announces at most one message in
+                // `notifyEveryMilliseconds`: the others then claim every due message anyway, and this
+                // node's own worker was woken for this one.
+                if announcing.due(now: memo.createdAt) {
+                    try connection.execute("SELECT pg_notify($1, '')", [.text(Self.channel)])
+                }
                 return .success(.accepted(id: memo.id))
             }
             let existing = try connection.execute(
@@ -173,15 +183,21 @@ public final class PostgresOutbox: MessageOutbox {
     public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try pool.transaction(serializable: false) { connection -> [(String, Int64, [UInt8]?, DeliveryLifecycle)] in
-            // Rows another node is claiming right now are skipped, not waited for.
-            let rows = try connection.execute("""
+            // Rows another node is claiming right now are skipped, not waited for. Due messages first,
+            // in the order of their index (no sort of every due row), then sends whose lease ran out.
+            var rows = try connection.execute("""
                 SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
-                WHERE (status IN ('queued', 'retrying') AND next_attempt_at <= $1)
-                   OR (status = 'sending' AND lease_until <= $1)
-                ORDER BY COALESCE(next_attempt_at, lease_until), seq
-                LIMIT $2 FOR UPDATE SKIP LOCKED
-                """, [.integer(now), .integer(Int64(limit))])
-            return try rows.all.compactMap { row in
+                WHERE status IN ('queued', 'retrying') AND next_attempt_at <= $1
+                ORDER BY next_attempt_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED
+                """, [.integer(now), .integer(Int64(limit))]).all
+            if rows.count < limit {
+                rows += try connection.execute("""
+                    SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
+                    WHERE status = 'sending' AND lease_until <= $1
+                    ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED
+                    """, [.integer(now), .integer(Int64(limit - rows.count))]).all
+            }
+            return try rows.compactMap { row in
                 let id = row.text(0) ?? ""
                 var lifecycle = Self.lifecycle(row, from: 3)
                 guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { return nil }
