@@ -43,9 +43,10 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+        .systemLibrary(name: "CSystem"),
         .target(
             name: "Jotter",
-            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode", "CZlib", "CLibPQ"]
+            dependencies: ["CMicroHTTPD", "CSQLite", "CCrypto", "CCurl", "CQRencode", "CZlib", "CLibPQ", "CSystem"]
         ),
         .executableTarget(
             name: "JotterCLI",

@@ -14,11 +14,12 @@ import Testing
         let worker: DeliveryWorker
 
         init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0),
-             batchLimit: Int = 1, maximumWait: Double = 30) throws {
+             batchLimit: Int = 1, batchWindow: Int64 = 0, maximumWait: Double = 30) throws {
             transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
             var configuration = DeliveryWorker.Configuration()
             configuration.retryPolicy = policy
+            configuration.batchWindowMilliseconds = batchWindow
             worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration,
                                     clock: scheduler.clock, scheduler: scheduler)
             let worker = worker
@@ -59,6 +60,25 @@ import Testing
         // One slot for a batching transport: the eleven waited for the first, then went 8 + 3.
         #expect(fixture.transport.batches == [8, 3], "\(fixture.transport.batches)")
         #expect(fixture.transport.messages.count == 12, "each memo sent once")
+    }
+
+    /// A burst of memos sent to an idle worker goes out in one batch: the first waits the batch window
+    /// for company (on manual time, so the test knows exactly when), then all go together.
+    @Test func aBurstWaitsTheBatchWindowAndGoesOutTogether() async throws {
+        let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 20, maximumWait: 600)
+        defer { fixture.stop() }
+        // Until the relay has taken a memo, one at a time and no window.
+        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle again")
+        let start = fixture.now
+        var burst: [String] = []
+        for index in 0..<5 { burst.append(try await fixture.outbox.enqueue(MemoDraft(body: "burst \(index)")).id) }
+        #expect(fixture.waitForDeadline(start + 20), "armed for the end of the window")
+        #expect(fixture.transport.messages.count == 1, "nothing of the burst sent before the window ends")
+        fixture.scheduler.advance(milliseconds: 20)
+        #expect(TestServer.waitUntil(timeout: 20) { burst.allSatisfy { (try? fixture.record($0))??.status == .sent } })
+        #expect(fixture.transport.batches == [5])
     }
 
     /// Memos are due but every slot is busy (the first send, before the relay has accepted any): the

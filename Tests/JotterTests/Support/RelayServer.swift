@@ -18,6 +18,9 @@ final class RelayServer: @unchecked Sendable {
         configuration.http.host = "127.0.0.1"
         configuration.http.port = 0
         configuration.logLevel = .debug
+        // On manual time a batch window would wait for the test to move the clock: memos go out as soon
+        // as they are due (the window has tests of its own, in DeliveryWorkerTests).
+        if scheduler is ManualScheduler { configuration.delivery.batchWindowMilliseconds = 0 }
         configure(&configuration)
         let logs = LogSink.memory()
         self.logs = logs
