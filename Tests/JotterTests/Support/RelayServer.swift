@@ -6,18 +6,21 @@ import Testing
 /// A whole `jotter relay` (outbox, worker, store, API; HTTP on 127.0.0.1:0) started in-process by a
 /// test, its mail in a Maildir in its data directory and its logs in memory. `route` answers without
 /// a socket (as `TestServer.route` does); `request` goes over one. The data directory outlives a
-/// `stop()`, so a test can restart the relay on it.
+/// `stop()`, and so does `store` (its PostgreSQL database), so a test can restart the relay on them.
 final class RelayServer: @unchecked Sendable {
     let application: RelayApplication
     let dataDirectory: String
     let logs: LogSink
 
-    init(dataDirectory: String, clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
-         transport: (any Transport)? = nil, configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
+    /// A relay on `store` (SQLite in `dataDirectory` when nil), then `configure`d.
+    init(dataDirectory: String, store: RelayTestStore? = nil, clock: any WallClock = SystemClock(),
+         scheduler: any Scheduler = DispatchScheduler(), transport: (any Transport)? = nil,
+         configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
         var configuration = RelayConfiguration(dataDirectory: dataDirectory)
         configuration.http.host = "127.0.0.1"
         configuration.http.port = 0
         configuration.logLevel = .debug
+        if let store { configuration.store = store.location }
         configure(&configuration)
         let logs = LogSink.memory()
         self.logs = logs
@@ -30,7 +33,8 @@ final class RelayServer: @unchecked Sendable {
     var port: Int { application.port }
     /// The relay's outbox, whichever store keeps it.
     var messages: any MessageOutbox { application.outbox }
-    /// The SQLite outbox of a relay on the default store (a test on PostgreSQL reads `messages`).
+    /// The SQLite outbox of a relay on the default store, read directly (a test on PostgreSQL reads
+    /// `messages`). Prefer what the API and the Maildir show.
     var outbox: Outbox { application.outbox as! Outbox }
     var maildir: String { dataDirectory + "/Maildir" }
 
@@ -82,6 +86,11 @@ final class RelayServer: @unchecked Sendable {
             body = Array(try JSONSerialization.data(withJSONObject: object))
         }
         return try RawHTTP.request(port: port, method: method, path: path, headers: all, body: body)
+    }
+
+    /// A message's `status` as `GET /v1/messages/{id}` tells the device that sent it (nil if unreadable).
+    func status(_ secret: String, of id: String) -> String? {
+        ((try? json("GET", "/v1/messages/\(id)", secret: secret))?.json as? [String: Any])?["status"] as? String
     }
 
     // MARK: The journey
