@@ -42,6 +42,15 @@ final class RelayServer: @unchecked Sendable {
         application.stop()
     }
 
+    /// Makes deliveries final, so a test can count what arrived without sleeping: waits until the
+    /// relay's outbox (either store) has nothing queued, retrying or sending, then stops its worker,
+    /// which lets a send in flight finish. Call it last: the worker does not start again.
+    func finishDeliveries(timeout: Double = 20) throws -> Bool {
+        let settled = try TestServer.waitUntil(timeout: timeout) { try messages.nextDueAt() == nil }
+        application.worker.stop()
+        return settled
+    }
+
     // MARK: Requests
 
     /// The relay's answer without a socket: policy and router exactly as the server runs them.
