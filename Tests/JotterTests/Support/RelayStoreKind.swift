@@ -48,6 +48,11 @@ final class RelayTestStore: Sendable {
         database.map { .postgres(url: $0.url) } ?? .sqlite
     }
 
+    /// The command line's words for it: `--store URL` for PostgreSQL, none for SQLite (the default).
+    var arguments: [String] {
+        database.map { ["--store", $0.url] } ?? []
+    }
+
     /// A second handle on the relay's state, as another request (or another node) would hold it:
     /// for SQLite the relay's own database file, for PostgreSQL a new connection pool.
     /// (SQLite's goes through the relay's outbox database: that is where that store lives.)
