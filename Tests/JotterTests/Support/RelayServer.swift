@@ -147,13 +147,30 @@ final class RelayServer: @unchecked Sendable {
     // MARK: Mail
 
     /// Every message delivered to `address` (its Maildir file name, and the message as Python's
-    /// `email` package reads it).
+    /// `email` package reads it). Files are read once each, and all new ones by one Python process:
+    /// a test that waits for mail asks many times.
     func mails(to address: String) throws -> [(file: String, message: [String: Any])] {
         let directory = maildir + "/new/"
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
-        return try names.map { ($0, try Python.parseMessage(atPath: directory + $0)) }
+        let unread = read.withLock { read in names.filter { read[$0] == nil } }
+        let parsed = try Python.parseMessages(atPaths: unread.map { directory + $0 })
+        let messages = read.withLock { read in
+            for (name, message) in zip(unread, parsed) { read[name] = ReadMessage(fields: message) }
+            return names.compactMap { name in read[name].map { (file: name, message: $0) } }
+        }
+        return messages.map { ($0.file, $0.message.fields) }
             .filter { Self.recipient($0.1["to"] as? String) == address.lowercased() }
     }
+
+    /// A message as Python read it. Immutable once read.
+    private final class ReadMessage: @unchecked Sendable {
+        let fields: [String: Any]
+        init(fields: [String: Any]) { self.fields = fields }
+    }
+
+    /// What Python read in each file of the Maildir's `new/` so far, by name: a file appears there
+    /// complete (linked from `tmp/`) and never changes.
+    private let read = Mutex<[String: ReadMessage]>([:])
 
     /// The bare address of a `To` header as Python reads it (`<a@b>` or `a@b`), lowercased.
     static func recipient(_ header: String?) -> String? {
