@@ -61,6 +61,18 @@ final class RelayTestStore: Sendable {
         return try SQLiteRelayStore(database: relay.outbox.database)
     }
 
+    /// How many devices `relay` has registered, read from its store's `relay_devices` table (the API
+    /// has no such count).
+    func deviceCount(on relay: RelayServer) throws -> Int64 {
+        if let database {
+            let connection = try PostgresConnection(url: database.url)
+            return try connection.execute("SELECT count(*) FROM relay_devices").first?.int64(0) ?? 0
+        }
+        return try relay.outbox.database.read { database in
+            try database.statement("SELECT count(*) FROM relay_devices").firstRow { $0.int64(0) } ?? 0
+        }
+    }
+
     /// Drops the PostgreSQL database, if any. Only the first call does anything.
     func release() {
         database?.drop()
