@@ -4,21 +4,35 @@ import Testing
 
 /// A composer (`serve --relay jotter+http://127.0.0.1:PORT`) against a real `jotter relay` on
 /// loopback, end to end: it registers itself once, memos wait `held`/`unverified` until the page's
-/// Settings verify an address with the code the relay mailed there, then go out once each.
-@Suite(.serialized)
+/// Settings verify an address with the code the relay mailed there, then go out once each. The relay
+/// runs on both stores, SQLite and PostgreSQL.
+@Suite(.serialized, .holdingSharedPostgres)
 struct ComposerRelayTests {
     static let address = "ana@example.com"
 
-    /// A relay and a composer pointed at it.
+    /// A relay on a store of the given kind and a composer pointed at it.
     struct Pair {
         let relayDirectory = TemporaryDirectory()
         let composerDirectory = TemporaryDirectory()
+        let store: RelayTestStore
         let relay: RelayServer
         var composer: TestServer
 
-        init(configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
-            relay = try RelayServer(dataDirectory: relayDirectory.path, configure: configureRelay)
-            composer = try Self.composer(composerDirectory.path, relayPort: relay.port)
+        init(_ kind: RelayStoreKind, configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
+            store = try RelayTestStore(kind)
+            do {
+                relay = try RelayServer(dataDirectory: relayDirectory.path, store: store, configure: configureRelay)
+            } catch {
+                store.release()
+                throw error
+            }
+            do {
+                composer = try Self.composer(composerDirectory.path, relayPort: relay.port)
+            } catch {
+                relay.stop()
+                store.release()
+                throw error
+            }
         }
 
         static func composer(_ directory: String, relayPort: Int, query: String = "") throws -> TestServer {
@@ -31,6 +45,12 @@ struct ComposerRelayTests {
         func stop() {
             composer.stop()
             relay.stop()
+            store.release()
+        }
+
+        /// How many devices the relay has registered (read from its store: the API has no such count).
+        func devices() throws -> Int64 {
+            try store.deviceCount(on: relay)
         }
 
         /// A JSON request to the composer, as the page makes it (same origin).
@@ -74,8 +94,9 @@ struct ComposerRelayTests {
         }
     }
 
-    @Test func memosWaitUnverifiedThenGoOutOnceEachWhenTheAddressIsVerified() throws {
-        let pair = try Pair()
+    @Test(arguments: RelayStoreKind.available)
+    func memosWaitUnverifiedThenGoOutOnceEachWhenTheAddressIsVerified(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind)
         defer { pair.stop() }
         #expect(pair.composer.application.destination.hasPrefix("jotter+http://127.0.0.1:\(pair.relay.port)"))
 
@@ -104,9 +125,7 @@ struct ComposerRelayTests {
         // The code mail was in the page's language; the composer registered exactly one device.
         let codeMail = try pair.relay.mails(to: Self.address).first { RelayServer.code(in: $0.message["body"] as? String ?? "") != nil }
         #expect((codeMail?.message["subject"] as? String)?.isEmpty == false)
-        let devices = try pair.relay.outbox.database.read { database in
-            try database.statement("SELECT count(*) FROM relay_devices").firstRow { $0.int64(0) } ?? 0
-        }
+        let devices = try pair.devices()
         #expect(devices == 1)
 
         // GET /destination says where memos go now; later memos go straight out.
@@ -116,8 +135,9 @@ struct ComposerRelayTests {
         #expect(try pair.entry(third)["attempts"] as? Int == 1)
     }
 
-    @Test func theDeviceSecretIsSealedAndTheStandingSurvivesARestart() throws {
-        var pair = try Pair()
+    @Test(arguments: RelayStoreKind.available)
+    func theDeviceSecretIsSealedAndTheStandingSurvivesARestart(store kind: RelayStoreKind) throws {
+        var pair = try Pair(kind)
         defer { pair.stop() }
         try pair.verify()
         let id = try pair.post("memo before restart")
@@ -135,15 +155,14 @@ struct ComposerRelayTests {
         #expect((try pair.page("GET", "/destination").json as? [String: Any])?["state"] as? String == "verified")
         let after = try pair.post("memo after restart")
         #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(after)["status"] as? String == "sent" })
-        let devices = try pair.relay.outbox.database.read { database in
-            try database.statement("SELECT count(*) FROM relay_devices").firstRow { $0.int64(0) } ?? 0
-        }
+        let devices = try pair.devices()
         #expect(devices == 1, "registered again after a restart")
         #expect(TestServer.waitUntil(timeout: 20) { (try? pair.delivered().count) == 2 })
     }
 
-    @Test func theRelaysRefusalsReachThePageByCodeWithFixedText() throws {
-        let pair = try Pair()
+    @Test(arguments: RelayStoreKind.available)
+    func theRelaysRefusalsReachThePageByCodeWithFixedText(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind)
         defer { pair.stop() }
         let notAnAddress = try pair.page("POST", "/destination", ["address": "not an address"])
         #expect(notAnAddress.status == 400 && notAnAddress.errorCode == "invalid_address")
@@ -184,8 +203,9 @@ struct ComposerRelayTests {
         #expect(crossPost.status == 403)
     }
 
-    @Test func theRelaysRateLimitFeedsTheRetryRules() throws {
-        let pair = try Pair { $0.limits.devicePerMinute = 1 }
+    @Test(arguments: RelayStoreKind.available)
+    func theRelaysRateLimitFeedsTheRetryRules(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind) { $0.limits.devicePerMinute = 1 }
         defer { pair.stop() }
         try pair.verify()
         let first = try pair.post("memo within the limit")

@@ -3,11 +3,15 @@ import Testing
 @testable import Jotter
 
 /// `jotter relay`'s API at the router (no socket), with its mail read back from its Maildir by
-/// Python's `email` package: registration, bearer secrets, destinations, messages and their status.
-@Suite struct RelayAPITests {
-    @Test func registerVerifySendAndTheMessageArrivesOnce() throws {
+/// Python's `email` package: registration, bearer secrets, destinations, messages and their status —
+/// on both stores, SQLite and PostgreSQL (the shared test cluster).
+@Suite(.holdingSharedPostgres) struct RelayAPITests {
+    @Test(arguments: RelayStoreKind.available)
+    func registerVerifySendAndTheMessageArrivesOnce(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let device = try relay.register()
         #expect(device.secret.hasPrefix("jrs_") && device.secret.utf8.count == 47)
@@ -46,9 +50,14 @@ import Testing
             .count == 1)
     }
 
-    @Test func theCodeMailSaysNothingTheRequesterTypedButTheAddress() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func theCodeMailSaysNothingTheRequesterTypedButTheAddress(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.limits.codeRequestsPerIPHour = nil }
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store) {
+            $0.limits.codeRequestsPerIPHour = nil
+        }
         defer { relay.stop() }
         let device = try relay.register()
         for (index, language) in VerificationMail.languages.enumerated() {
@@ -81,9 +90,12 @@ import Testing
         #expect(VerificationMail.languages.count == 12)
     }
 
-    @Test func everyCallButRegistrationNeedsTheDevicesSecret() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func everyCallButRegistrationNeedsTheDevicesSecret(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let device = try relay.register()
         let calls: [(String, String, [String: Any]?)] = [
@@ -112,24 +124,44 @@ import Testing
             .status == 200, "the scheme is case-insensitive")
     }
 
-    @Test func secretsAreStoredOnlyAsKeyedHashes() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func secretsAreStoredOnlyAsKeyedHashes(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         let device = try relay.register()
         try relay.verify(device.secret, "stored@example.com")
         relay.stop()
-        for file in ["jotter.db", "jotter.db-wal"] {
-            let bytes = (try? Data(contentsOf: URL(fileURLWithPath: directory.file("relay/\(file)")))) ?? Data()
-            #expect(bytes.range(of: Data(device.secret.utf8)) == nil, "\(file) holds the secret")
-            #expect(bytes.range(of: Data(device.secret.dropFirst(4).utf8)) == nil, "\(file) holds the secret")
-            #expect(bytes.range(of: Data("stored@example.com".utf8)) == nil, "\(file) holds the address")
+        var places = ["jotter.db", "jotter.db-wal"].map { file in
+            (file, (try? Data(contentsOf: URL(fileURLWithPath: directory.file("relay/\(file)")))) ?? Data())
+        }
+        if let database = store.database {
+            // A dump's text, where `bytea` reads as hex: look for both spellings.
+            let rows = try database.dump()
+            #expect(rows.contains { $0.contains(device.id) }, "the dump reads the relay's tables")
+            places.append(("the PostgreSQL database", Data(rows.joined(separator: "\n").utf8)))
+        }
+        let secrets = [("the secret", device.secret), ("the secret", String(device.secret.dropFirst(4))),
+                       ("the address", "stored@example.com")]
+        for (place, bytes) in places {
+            for (what, text) in secrets {
+                let hex = text.utf8.map { String($0, radix: 16) }.joined()
+                #expect(bytes.range(of: Data(text.utf8)) == nil && bytes.range(of: Data(hex.utf8)) == nil,
+                        "\(place) holds \(what)")
+            }
         }
     }
 
-    @Test func inviteModeRegistersOnlyWithAnUnusedInvite() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func inviteModeRegistersOnlyWithAnUnusedInvite(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let clock = ManualClock()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"), clock: clock) { $0.registration = .invite }
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: clock) {
+            $0.registration = .invite
+        }
         defer { relay.stop() }
         let none = try relay.json("POST", "/v1/devices")
         #expect(none.status == 403 && none.errorCode == "invite_required")
@@ -148,9 +180,12 @@ import Testing
                 "an invite works for 7 days")
     }
 
-    @Test func messagesGoOnlyToAddressesThisDeviceVerified() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func messagesGoOnlyToAddressesThisDeviceVerified(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let alice = try relay.register(), mallory = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
@@ -170,9 +205,12 @@ import Testing
                 "\(first.header("RateLimit") ?? "-")")
     }
 
-    @Test func aMessagesStatusIsItsDevicesAlone() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func aMessagesStatusIsItsDevicesAlone(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let alice = try relay.register(), bob = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
@@ -186,14 +224,19 @@ import Testing
         #expect(try relay.json("GET", "/v1/messages/\(id)", secret: bob.secret).status == 404)
         #expect(try relay.json("GET", "/v1/messages/\(id.uppercased())", secret: alice.secret).status == 200)
         #expect(try relay.json("GET", "/v1/messages/nope", secret: alice.secret).status == 404)
-        // A code mail is the relay's, not a device's message.
-        let codeMail = try #require(try relay.outbox.history.latest(limit: 10).first { $0.id != id })
-        #expect(try relay.json("GET", "/v1/messages/\(codeMail.id)", secret: alice.secret).status == 404)
+        // A code mail is the relay's, not a device's message (its Message-ID is `<id@localhost>`).
+        let codeMail = try #require(try relay.mails(to: "alice@example.com").compactMap {
+            ($0.message["message_id"] as? String)?.dropFirst().split(separator: "@").first.map(String.init)
+        }.first { $0 != id })
+        #expect(try relay.json("GET", "/v1/messages/\(codeMail)", secret: alice.secret).status == 404)
     }
 
-    @Test func badBodiesGetClearErrors() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func badBodiesGetClearErrors(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let device = try relay.register()
         try relay.verify(device.secret, "me@example.com")
@@ -262,9 +305,12 @@ import Testing
         }
     }
 
-    @Test func pathsAreNormalisedOnceBeforeRouting() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func pathsAreNormalisedOnceBeforeRouting(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let device = try relay.register()
         #expect(try relay.json("GET", "//v1/./destinations/", secret: device.secret).status == 200)
@@ -274,9 +320,12 @@ import Testing
         #expect(try relay.json("GET", "/v1/messages/a%2Fb", secret: device.secret).errorCode == "bad_path")
     }
 
-    @Test func aWebPageCannotUseTheRelay() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func aWebPageCannotUseTheRelay(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let fromPage = try relay.json("POST", "/v1/devices", headers: [("Origin", "https://evil.example")])
         #expect(fromPage.status == 403 && fromPage.errorCode == "browser_request")

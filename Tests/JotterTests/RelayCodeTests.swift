@@ -4,17 +4,26 @@ import Testing
 
 /// Verification codes on manual time: every way a code fails (wrong, expired, reused, burnt after 5
 /// wrong tries, another address's, another device's), the resend cooldown, the per-address hourly and
-/// daily caps, the per-IP limit, and the same answer whether or not an address is known.
-@Suite struct RelayCodeTests {
-    /// A relay on manual time; its codes are read from its Maildir.
+/// daily caps, the per-IP limit, and the same answer whether or not an address is known. On both
+/// stores, SQLite and PostgreSQL.
+@Suite(.holdingSharedPostgres) struct RelayCodeTests {
+    /// A relay on manual time and on a store of the given kind; its codes are read from its Maildir.
     final class Fixture: Sendable {
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler()
+        let store: RelayTestStore
         let relay: RelayServer
 
-        init(configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
-            relay = try RelayServer(dataDirectory: directory.file("relay"), clock: scheduler.clock,
-                                    scheduler: scheduler, configure: configure)
+        init(_ kind: RelayStoreKind, configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
+            let store = try RelayTestStore(kind)
+            self.store = store
+            do {
+                relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: scheduler.clock,
+                                        scheduler: scheduler, configure: configure)
+            } catch {
+                store.release()
+                throw error
+            }
         }
 
         func advance(seconds: Double) {
@@ -29,7 +38,10 @@ import Testing
             return try relay.newCode(to: address, known: known)
         }
 
-        func stop() { relay.stop() }
+        func stop() {
+            relay.stop()
+            store.release()
+        }
     }
 
     /// A code that is surely not `code`.
@@ -37,8 +49,9 @@ import Testing
         code == "000000" ? "000001" : "000000"
     }
 
-    @Test func aWrongCodeCostsOneOfFiveTriesAndTheRightOneStillWorks() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func aWrongCodeCostsOneOfFiveTriesAndTheRightOneStillWorks(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         let code = try fixture.code(device.secret, "me@example.com")
@@ -51,8 +64,9 @@ import Testing
         #expect((right.json as? [String: Any])?["state"] as? String == "verified")
     }
 
-    @Test func fiveWrongTriesBurnTheCode() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func fiveWrongTriesBurnTheCode(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         let code = try fixture.code(device.secret, "me@example.com")
@@ -69,8 +83,9 @@ import Testing
         #expect(try fixture.relay.confirm(device.secret, "me@example.com", fresh).status == 200)
     }
 
-    @Test func aCodeExpiresAfterTenMinutes() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func aCodeExpiresAfterTenMinutes(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         let first = try fixture.code(device.secret, "late@example.com")
@@ -83,8 +98,9 @@ import Testing
         #expect(try fixture.relay.confirm(device.secret, "late@example.com", second).status == 200)
     }
 
-    @Test func aCodeWorksOnce() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func aCodeWorksOnce(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         let code = try fixture.code(device.secret, "me@example.com")
@@ -93,8 +109,9 @@ import Testing
         #expect(again.status == 400 && again.errorCode == "code_spent")
     }
 
-    @Test func anotherAddressesCodeOrAnotherDevicesCodeDoesNotVerify() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func anotherAddressesCodeOrAnotherDevicesCodeDoesNotVerify(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register(), other = try fixture.relay.register()
         let forA = try fixture.code(device.secret, "a@example.com")
@@ -112,8 +129,9 @@ import Testing
         #expect(never.status == 400 && never.errorCode == "no_code")
     }
 
-    @Test func aNewCodeWaitsOneMinuteAndReplacesTheOldOne() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func aNewCodeWaitsOneMinuteAndReplacesTheOldOne(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         let first = try fixture.code(device.secret, "me@example.com")
@@ -131,8 +149,9 @@ import Testing
         #expect(try fixture.relay.confirm(device.secret, "me@example.com", second).status == 200)
     }
 
-    @Test func theCooldownHoldsForEveryDeviceAskingForThatAddress() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func theCooldownHoldsForEveryDeviceAskingForThatAddress(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let one = try fixture.relay.register(), two = try fixture.relay.register()
         _ = try fixture.code(one.secret, "shared@example.com")
@@ -141,8 +160,9 @@ import Testing
         #expect(other.header("Retry-After") == "60")
     }
 
-    @Test func atMostThreeCodesPerAddressInAnHour() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func atMostThreeCodesPerAddressInAnHour(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         for _ in 1...3 {
@@ -160,8 +180,9 @@ import Testing
         #expect(try fixture.relay.mails(to: "me@example.com").count == 4)
     }
 
-    @Test func atMostFiveCodesPerAddressInADay() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func atMostFiveCodesPerAddressInADay(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         // Three in the first hour, two more in the second.
@@ -178,8 +199,9 @@ import Testing
         #expect(try fixture.relay.mails(to: "me@example.com").count == 6)
     }
 
-    @Test func codeRequestsAreLimitedPerIPAddressAndARefusalSpendsNothing() throws {
-        let fixture = try Fixture { $0.limits.codeRequestsPerIPHour = 3 }
+    @Test(arguments: RelayStoreKind.available)
+    func codeRequestsAreLimitedPerIPAddressAndARefusalSpendsNothing(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.codeRequestsPerIPHour = 3 }
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         // Refused by the cooldown: the IP's quota is not spent.
@@ -199,8 +221,9 @@ import Testing
         #expect(TestServer.waitUntil { ((try? fixture.relay.mails(to: "d@example.com").count) ?? 0) == 1 })
     }
 
-    @Test func theAnswerIsTheSameWhetherOrNotAnAddressIsKnown() throws {
-        let fixture = try Fixture()
+    @Test(arguments: RelayStoreKind.available)
+    func theAnswerIsTheSameWhetherOrNotAnAddressIsKnown(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
         defer { fixture.stop() }
         let owner = try fixture.relay.register(), asker = try fixture.relay.register()
         let code = try fixture.code(owner.secret, "known@example.com")

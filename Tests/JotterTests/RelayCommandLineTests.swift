@@ -3,8 +3,9 @@ import Testing
 @testable import Jotter
 
 /// `jotter relay` and `jotter relay invite` as command lines: flags, `JOTTER_RELAY_*` variables, and
-/// clear refusals (a store URL is never repeated: it may hold a password).
-@Suite struct RelayCommandLineTests {
+/// clear refusals (a store URL is never repeated: it may hold a password). An invite from the command
+/// works with a relay on either store.
+@Suite(.holdingSharedPostgres) struct RelayCommandLineTests {
     static func parse(_ arguments: [String], environment: [String: String] = ["HOME": "/home/me"]) throws
         -> CommandLineOptions.Command {
         try CommandLineOptions.parse(arguments, environment: environment,
@@ -130,16 +131,19 @@ import Testing
         #expect(throws: CommandLineOptions.UsageError.self) { try Self.parse(["relay", "invite", "extra"]) }
     }
 
-    @Test func anInviteFromTheCommandWorksOnceWithTheRelay() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func anInviteFromTheCommandWorksOnceWithTheRelay(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let data = directory.file("relay")
         #expect(throws: CommandLineOptions.UsageError.self, "no relay there yet") {
-            try RelayInviteCommand.run(dataDirectory: data)
+            try RelayInviteCommand.run(dataDirectory: data, store: store.location)
         }
-        let relay = try RelayServer(dataDirectory: data) { $0.registration = .invite }
+        let relay = try RelayServer(dataDirectory: data, store: store) { $0.registration = .invite }
         defer { relay.stop() }
-        // While the relay runs: SQLite arbitrates.
-        let printed = try RelayInviteCommand.run(dataDirectory: data)
+        // While the relay runs: the store arbitrates.
+        let printed = try RelayInviteCommand.run(dataDirectory: data, store: store.location)
         let invite = try #require(printed.split(separator: "\n").first.map(String.init))
         #expect(invite.hasPrefix("jri_") && printed.contains("works once"))
         #expect(try relay.json("POST", "/v1/devices", ["invite": invite]).status == 201)

@@ -4,22 +4,37 @@ import Testing
 
 /// The relay's message limits on manual time: each layer at its boundary, every layer checked before
 /// any is spent, `Retry-After` from the tightest layer, the RateLimit fields, and counters that
-/// survive a restart.
-@Suite struct RelayLimitTests {
-    /// A relay on manual time with one device that has verified `me@example.com`.
+/// survive a restart. On both stores, SQLite and PostgreSQL.
+@Suite(.holdingSharedPostgres) struct RelayLimitTests {
+    /// A relay on manual time and a store of the given kind, with one device that has verified
+    /// `me@example.com`.
     final class Fixture: @unchecked Sendable {
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler()
+        let store: RelayTestStore
         private(set) var relay: RelayServer
         let secret: String
         let configure: (inout RelayConfiguration) -> Void
 
-        init(configure: @escaping (inout RelayConfiguration) -> Void) throws {
+        init(_ kind: RelayStoreKind, configure: @escaping (inout RelayConfiguration) -> Void) throws {
             self.configure = configure
-            relay = try RelayServer(dataDirectory: directory.file("relay"), clock: scheduler.clock,
-                                    scheduler: scheduler, configure: configure)
-            secret = try relay.register().secret
-            try relay.verify(secret, "me@example.com")
+            let store = try RelayTestStore(kind)
+            self.store = store
+            do {
+                relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: scheduler.clock,
+                                        scheduler: scheduler, configure: configure)
+            } catch {
+                store.release()
+                throw error
+            }
+            do {
+                secret = try relay.register().secret
+                try relay.verify(secret, "me@example.com")
+            } catch {
+                relay.stop()
+                store.release()
+                throw error
+            }
         }
 
         var now: Int64 { scheduler.clock.nowMilliseconds() }
@@ -42,13 +57,17 @@ import Testing
             }
         }
 
+        /// Stops the relay and starts it again on the same data directory and store.
         func restart() throws {
             relay.stop()
-            relay = try RelayServer(dataDirectory: directory.file("relay"), clock: scheduler.clock,
+            relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: scheduler.clock,
                                     scheduler: scheduler, configure: configure)
         }
 
-        func stop() { relay.stop() }
+        func stop() {
+            relay.stop()
+            store.release()
+        }
     }
 
     /// `"name";r=N;t=T` items of a `RateLimit` field, by name.
@@ -68,8 +87,9 @@ import Testing
         return result
     }
 
-    @Test func thirtyMessagesPerDevicePerMinuteThenRetryAfterTheMinute() throws {
-        let fixture = try Fixture { _ in }
+    @Test(arguments: RelayStoreKind.available)
+    func thirtyMessagesPerDevicePerMinuteThenRetryAfterTheMinute(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { _ in }
         defer { fixture.stop() }
         let first = try fixture.send()
         #expect(first.header("RateLimit-Policy") == "\"device-minute\";q=30;w=60, \"device-day\";q=200;w=86400, "
@@ -91,8 +111,9 @@ import Testing
         #expect(try fixture.send().status == 202)
     }
 
-    @Test func twoHundredMessagesPerDevicePerDay() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = nil; $0.limits.ipPerHour = nil }
+    @Test(arguments: RelayStoreKind.available)
+    func twoHundredMessagesPerDevicePerDay(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = nil; $0.limits.ipPerHour = nil }
         defer { fixture.stop() }
         try fixture.accept(200)
         let refused = try fixture.send()
@@ -103,8 +124,9 @@ import Testing
         #expect(try fixture.send().status == 202)
     }
 
-    @Test func oneHundredTwentyMessagesPerIPAddressPerHour() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = nil; $0.limits.devicePerDay = nil }
+    @Test(arguments: RelayStoreKind.available)
+    func oneHundredTwentyMessagesPerIPAddressPerHour(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = nil; $0.limits.devicePerDay = nil }
         defer { fixture.stop() }
         let other = try fixture.relay.register()
         try fixture.relay.verify(other.secret, "other@example.com")
@@ -119,8 +141,9 @@ import Testing
         #expect(try fixture.send(from: "198.51.100.8").status == 202, "another address has its own hour")
     }
 
-    @Test func anIPv6ClientIsCountedByItsSlash64() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = nil; $0.limits.ipPerHour = 2 }
+    @Test(arguments: RelayStoreKind.available)
+    func anIPv6ClientIsCountedByItsSlash64(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = nil; $0.limits.ipPerHour = 2 }
         defer { fixture.stop() }
         #expect(try fixture.send(from: "2001:db8:7:7::1").status == 202)
         #expect(try fixture.send(from: "2001:db8:7:7::2").status == 202)
@@ -131,9 +154,10 @@ import Testing
         #expect(try fixture.send(from: "192.0.2.1").status == 429, "an IPv4-mapped address is its IPv4 address")
     }
 
-    @Test func aRelayWideCeilingIsOffByDefaultAndShownOnlyWhenItRefuses() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func aRelayWideCeilingIsOffByDefaultAndShownOnlyWhenItRefuses(store kind: RelayStoreKind) throws {
         #expect(RelayLimits().globalPerDay == nil)
-        let fixture = try Fixture { $0.limits.globalPerDay = 3 }
+        let fixture = try Fixture(kind) { $0.limits.globalPerDay = 3 }
         defer { fixture.stop() }
         let other = try fixture.relay.register()
         try fixture.relay.verify(other.secret, "other@example.com")
@@ -148,8 +172,9 @@ import Testing
         #expect(refused.header("Retry-After") == String(fixture.untilWindowEnds(86_400)))
     }
 
-    @Test func everyLayerIsCheckedBeforeAnyIsSpent() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = 2; $0.limits.ipPerHour = 3 }
+    @Test(arguments: RelayStoreKind.available)
+    func everyLayerIsCheckedBeforeAnyIsSpent(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = 2; $0.limits.ipPerHour = 3 }
         defer { fixture.stop() }
         let other = try fixture.relay.register()
         try fixture.relay.verify(other.secret, "other@example.com")
@@ -168,8 +193,9 @@ import Testing
                 "its minute still had one")
     }
 
-    @Test func retryAfterComesFromTheTightestLayer() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = 2; $0.limits.devicePerDay = 2 }
+    @Test(arguments: RelayStoreKind.available)
+    func retryAfterComesFromTheTightestLayer(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = 2; $0.limits.devicePerDay = 2 }
         defer { fixture.stop() }
         try fixture.accept(2)
         let refused = try fixture.send()
@@ -179,8 +205,9 @@ import Testing
                 "waiting out the minute would not help: the day decides")
     }
 
-    @Test func limitsCanBeTurnedOff() throws {
-        let fixture = try Fixture {
+    @Test(arguments: RelayStoreKind.available)
+    func limitsCanBeTurnedOff(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) {
             $0.limits.devicePerMinute = nil; $0.limits.devicePerDay = nil; $0.limits.ipPerHour = nil
         }
         defer { fixture.stop() }
@@ -188,8 +215,9 @@ import Testing
         #expect(try fixture.send().header("RateLimit-Policy") == nil)
     }
 
-    @Test func countersSurviveARestart() throws {
-        let fixture = try Fixture { $0.limits.devicePerMinute = 3 }
+    @Test(arguments: RelayStoreKind.available)
+    func countersSurviveARestart(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) { $0.limits.devicePerMinute = 3 }
         defer { fixture.stop() }
         try fixture.accept(2)
         try fixture.restart()

@@ -4,11 +4,16 @@ import Testing
 
 /// The relay over real sockets: the built `jotter relay` binary end to end, a relay delivering
 /// through an HTTP mail API (the scripted Resend stand-in) with the message id as its
-/// `Idempotency-Key`, and logs that hold no content.
-@Suite struct RelayLiveTests {
-    @Test func overASocketWithLimitsInTheHeaders() throws {
+/// `Idempotency-Key`, and logs that hold no content. On both stores, SQLite and PostgreSQL.
+@Suite(.holdingSharedPostgres) struct RelayLiveTests {
+    @Test(arguments: RelayStoreKind.available)
+    func overASocketWithLimitsInTheHeaders(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.limits.devicePerMinute = 1 }
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store) {
+            $0.limits.devicePerMinute = 1
+        }
         defer { relay.stop() }
         let registered = try relay.request("POST", "/v1/devices")
         #expect(registered.status == 201 && registered.header("Cache-Control") == "no-store")
@@ -28,9 +33,12 @@ import Testing
         #expect(limited.header("Content-Type") == "application/json")
     }
 
-    @Test func theLogsHoldNoAddressCodeSecretSubjectOrBody() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func theLogsHoldNoAddressCodeSecretSubjectOrBody(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
         defer { relay.stop() }
         let device = try relay.register()
         let known = try relay.mailFiles(to: "private.person@example.org")
@@ -42,9 +50,7 @@ import Testing
         let sent = try relay.send(device.secret, to: "private.person@example.org", subject: "Secret subject",
                                   body: "secret body text", key: "key-in-the-log?")
         let id = try #require((sent.json as? [String: Any])?["id"] as? String)
-        #expect(TestServer.waitUntil(timeout: 20) {
-            (try? relay.outbox.history.record(id: id))??.status == .sent
-        })
+        #expect(TestServer.waitUntil(timeout: 20) { relay.status(device.secret, of: id) == "sent" })
         _ = try relay.send(device.secret, to: "stranger@example.org")
         let logs = relay.logs.captured
         #expect(logs.contains("message accepted") && logs.contains(id), "the log says what happened, by id")
@@ -54,13 +60,16 @@ import Testing
         }
     }
 
-    @Test func throughAnHTTPMailAPIWithTheMessageIdAsIdempotencyKey() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func throughAnHTTPMailAPIWithTheMessageIdAsIdempotencyKey(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         // The code mail is accepted; the message's first attempt fails, its retry is accepted.
         let api = try ScriptedRelay(script: [.accept, .status(500), .accept], directory: directory.file("api"))
         defer { api.stop() }
         let mail = "resend://re_test_key?from=Relay%20%3Crelay@example.com%3E&base=\(api.baseURL)&timeout=2"
-        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.mail = mail }
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store) { $0.mail = mail }
         defer { relay.stop() }
         let device = try relay.register()
         #expect(try relay.requestCode(device.secret, "me@example.com", language: "ja").status == 202)
@@ -74,7 +83,7 @@ import Testing
 
         let sent = try relay.send(device.secret, to: "me@example.com", subject: "Via the API", body: "once")
         let id = try #require((sent.json as? [String: Any])?["id"] as? String)
-        #expect(TestServer.waitUntil(timeout: 30) { (try? relay.outbox.history.record(id: id))??.status == .sent })
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(device.secret, of: id) == "sent" })
         let attempts = api.requests.filter { $0.idempotencyKey == id }
         #expect(attempts.count == 2, "the failed attempt and its retry, under one key")
         let emails = api.emails.filter { $0.key == id }
@@ -85,16 +94,19 @@ import Testing
                 "the placeholder recipient never reaches the API")
     }
 
-    @Test func theBinaryRunsARelayEndToEnd() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func theBinaryRunsARelayEndToEnd(store kind: RelayStoreKind) throws {
         let binary = LiveServerTests.JotterBinary.self
         try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build first: \(binary.path)")
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let data = directory.file("relay")
         let logPath = directory.file("stderr.log")
         #expect(FileManager.default.createFile(atPath: logPath, contents: nil))
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary.path)
-        process.arguments = ["relay", "--port", "0", "--registration", "invite"]
+        process.arguments = ["relay", "--port", "0", "--registration", "invite"] + store.arguments
         process.environment = binary.environment().merging(["JOTTER_RELAY_DATA_DIR": data]) { $1 }
         process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
         let output = Pipe()
@@ -114,7 +126,7 @@ import Testing
         let match = try #require(line.wholeMatch(of: #/Listening on http://127\.0\.0\.1:([0-9]+)/#), "\(line)")
         let port = try #require(Int(match.1))
 
-        let invited = try binary.run(["relay", "invite", "--data-dir", data])
+        let invited = try binary.run(["relay", "invite", "--data-dir", data] + store.arguments)
         #expect(invited.status == 0, "\(invited.standardError)")
         let invite = try #require(invited.standardOutput.split(separator: "\n").first.map(String.init))
         func call(_ method: String, _ path: String, secret: String? = nil, _ object: [String: Any]? = nil)

@@ -4,7 +4,8 @@ import Testing
 
 /// The outbox's one addition for the relay: a memo may carry its own recipient, sealed with its
 /// content, delivered to it, and erased with the body. A composer's memo is stored and hashed as before.
-@Suite struct RelayOutboxTests {
+/// The relay's outbox on both stores: the node's SQLite `Outbox` and the shared `PostgresOutbox`.
+@Suite(.holdingSharedPostgres) struct RelayOutboxTests {
     @Test func storedFormReadsBackWithAndWithoutARecipient() throws {
         let plain = MemoContent(subject: "s", body: "b")
         #expect(plain.encoded().first == 1, "a memo without its own recipient keeps the old stored form")
@@ -17,10 +18,19 @@ import Testing
         #expect(MemoContent(encoded: truncated) == nil, "a recipient length past the end does not read")
     }
 
-    @Test func aMemoWithItsOwnRecipientGoesThereAndItsPayloadHashesIt() async throws {
+    @Test(arguments: RelayStoreKind.available)
+    func aMemoWithItsOwnRecipientGoesThereAndItsPayloadHashesIt(store kind: RelayStoreKind) async throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let transport = ControlledTransport()
-        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random())
+        let key = try SymmetricKey.random()
+        let outbox: any MessageOutbox
+        if let database = store.database {
+            outbox = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"))
+        } else {
+            outbox = try Outbox(path: directory.file("jotter.db"), key: key)
+        }
         let worker = DeliveryWorker(outbox: outbox, transport: transport)
         outbox.setOnAccepted { worker.wake() }
         try worker.start()

@@ -3,8 +3,9 @@ import Testing
 @testable import Jotter
 
 /// A relay for a family or a team: behind a TLS proxy (`--trust-proxy`, whose `X-Forwarded-For` then
-/// names the client for per-IP limits) or serving HTTPS itself (`--tls-cert`/`--tls-key`).
-@Suite struct RelayProxyTests {
+/// names the client for per-IP limits) or serving HTTPS itself (`--tls-cert`/`--tls-key`). The per-IP
+/// limits behind a proxy run on both stores; HTTPS is the transport's business, tested on SQLite.
+@Suite(.holdingSharedPostgres) struct RelayProxyTests {
     static func request(from peer: String, forwardedFor: [String]) -> HTTPRequest {
         HTTPRequest(method: "POST", path: "/v1/messages",
                     headers: HTTPHeaders(forwardedFor.map { (name: "X-Forwarded-For", value: $0) }), remoteAddress: peer)
@@ -34,9 +35,12 @@ import Testing
                 == "2001:db8::7")
     }
 
-    @Test func perIPLimitsCountTheForwardedClientOnlyFromTheTrustedProxy() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func perIPLimitsCountTheForwardedClientOnlyFromTheTrustedProxy(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.path) {
+        let relay = try RelayServer(dataDirectory: directory.path, store: store) {
             $0.trustedProxies = ["127.0.0.1"]
             $0.limits.devicePerMinute = nil
             $0.limits.ipPerHour = 1

@@ -32,23 +32,37 @@ enum Python {
     /// its decoded headers and body as JSON: {"subject", "body", "message_id", "date", "from", "to",
     /// "content_type", "charset", "defects"}.
     static func parseMessage(atPath path: String) throws -> [String: Any] {
-        let script = """
-            import email, email.policy, json, sys
-            with open(sys.argv[1], 'rb') as f:
-                message = email.message_from_binary_file(f, policy=email.policy.default)
-            body = message.get_content()
-            print(json.dumps({
-                'subject': str(message['subject']), 'body': body,
-                'message_id': str(message['message-id']), 'date': str(message['date']),
-                'from': str(message['from']), 'to': str(message['to']),
-                'content_type': message.get_content_type(), 'charset': message.get_content_charset(),
-                'defects': [type(d).__name__ for d in message.defects],
-            }))
-            """
-        let output = try run(script, arguments: [path])
-        guard let object = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else {
+        guard let message = try parseMessages(atPaths: [path]).first else {
             throw Failure(description: "unexpected python output")
         }
-        return object
+        return message
+    }
+
+    /// `parseMessage` for many files in one Python process (each costs a tenth of a second to start).
+    static func parseMessages(atPaths paths: [String]) throws -> [[String: Any]] {
+        guard !paths.isEmpty else { return [] }
+        let script = """
+            import email, email.policy, json, sys
+            for path in sys.argv[1:]:
+                with open(path, 'rb') as f:
+                    message = email.message_from_binary_file(f, policy=email.policy.default)
+                body = message.get_content()
+                print(json.dumps({
+                    'subject': str(message['subject']), 'body': body,
+                    'message_id': str(message['message-id']), 'date': str(message['date']),
+                    'from': str(message['from']), 'to': str(message['to']),
+                    'content_type': message.get_content_type(), 'charset': message.get_content_charset(),
+                    'defects': [type(d).__name__ for d in message.defects],
+                }))
+            """
+        let lines = try run(script, arguments: paths).split(separator: "\n")
+        let messages = try lines.map { line in
+            guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                throw Failure(description: "unexpected python output")
+            }
+            return object
+        }
+        guard messages.count == paths.count else { throw Failure(description: "unexpected python output") }
+        return messages
     }
 }

@@ -6,14 +6,16 @@ import Testing
 /// A whole `jotter relay` (outbox, worker, store, API; HTTP on 127.0.0.1:0) started in-process by a
 /// test, its mail in a Maildir in its data directory and its logs in memory. `route` answers without
 /// a socket (as `TestServer.route` does); `request` goes over one. The data directory outlives a
-/// `stop()`, so a test can restart the relay on it.
+/// `stop()`, and so does `store` (its PostgreSQL database), so a test can restart the relay on them.
 final class RelayServer: @unchecked Sendable {
     let application: RelayApplication
     let dataDirectory: String
     let logs: LogSink
 
-    init(dataDirectory: String, clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
-         transport: (any Transport)? = nil, configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
+    /// A relay on `store` (SQLite in `dataDirectory` when nil), then `configure`d.
+    init(dataDirectory: String, store: RelayTestStore? = nil, clock: any WallClock = SystemClock(),
+         scheduler: any Scheduler = DispatchScheduler(), transport: (any Transport)? = nil,
+         configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
         var configuration = RelayConfiguration(dataDirectory: dataDirectory)
         configuration.http.host = "127.0.0.1"
         configuration.http.port = 0
@@ -21,6 +23,7 @@ final class RelayServer: @unchecked Sendable {
         // On manual time a batch window would wait for the test to move the clock: memos go out as soon
         // as they are due (the window has tests of its own, in DeliveryWorkerTests).
         if scheduler is ManualScheduler { configuration.delivery.batchWindowMilliseconds = 0 }
+        if let store { configuration.store = store.location }
         configure(&configuration)
         let logs = LogSink.memory()
         self.logs = logs
@@ -33,12 +36,22 @@ final class RelayServer: @unchecked Sendable {
     var port: Int { application.port }
     /// The relay's outbox, whichever store keeps it.
     var messages: any MessageOutbox { application.outbox }
-    /// The SQLite outbox of a relay on the default store (a test on PostgreSQL reads `messages`).
+    /// The SQLite outbox of a relay on the default store, read directly (a test on PostgreSQL reads
+    /// `messages`). Prefer what the API and the Maildir show.
     var outbox: Outbox { application.outbox as! Outbox }
     var maildir: String { dataDirectory + "/Maildir" }
 
     func stop() {
         application.stop()
+    }
+
+    /// Makes deliveries final, so a test can count what arrived without sleeping: waits until the
+    /// relay's outbox (either store) has nothing queued, retrying or sending, then stops its worker,
+    /// which lets a send in flight finish. Call it last: the worker does not start again.
+    func finishDeliveries(timeout: Double = 20) throws -> Bool {
+        let settled = try TestServer.waitUntil(timeout: timeout) { try messages.nextDueAt() == nil }
+        application.worker.stop()
+        return settled
     }
 
     // MARK: Requests
@@ -87,6 +100,11 @@ final class RelayServer: @unchecked Sendable {
         return try RawHTTP.request(port: port, method: method, path: path, headers: all, body: body)
     }
 
+    /// A message's `status` as `GET /v1/messages/{id}` tells the device that sent it (nil if unreadable).
+    func status(_ secret: String, of id: String) -> String? {
+        ((try? json("GET", "/v1/messages/\(id)", secret: secret))?.json as? [String: Any])?["status"] as? String
+    }
+
     // MARK: The journey
 
     /// Registers a device (open registration); returns its id and secret.
@@ -132,13 +150,30 @@ final class RelayServer: @unchecked Sendable {
     // MARK: Mail
 
     /// Every message delivered to `address` (its Maildir file name, and the message as Python's
-    /// `email` package reads it).
+    /// `email` package reads it). Files are read once each, and all new ones by one Python process:
+    /// a test that waits for mail asks many times.
     func mails(to address: String) throws -> [(file: String, message: [String: Any])] {
         let directory = maildir + "/new/"
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
-        return try names.map { ($0, try Python.parseMessage(atPath: directory + $0)) }
+        let unread = read.withLock { read in names.filter { read[$0] == nil } }
+        let parsed = try Python.parseMessages(atPaths: unread.map { directory + $0 })
+        let messages = read.withLock { read in
+            for (name, message) in zip(unread, parsed) { read[name] = ReadMessage(fields: message) }
+            return names.compactMap { name in read[name].map { (file: name, message: $0) } }
+        }
+        return messages.map { ($0.file, $0.message.fields) }
             .filter { Self.recipient($0.1["to"] as? String) == address.lowercased() }
     }
+
+    /// A message as Python read it. Immutable once read.
+    private final class ReadMessage: @unchecked Sendable {
+        let fields: [String: Any]
+        init(fields: [String: Any]) { self.fields = fields }
+    }
+
+    /// What Python read in each file of the Maildir's `new/` so far, by name: a file appears there
+    /// complete (linked from `tmp/`) and never changes.
+    private let read = Mutex<[String: ReadMessage]>([:])
 
     /// The bare address of a `To` header as Python reads it (`<a@b>` or `a@b`), lowercased.
     static func recipient(_ header: String?) -> String? {
