@@ -16,12 +16,12 @@ RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-o
 # systemd for systemd-analyze (the service unit is verified, not run); PostgreSQL for the relay's shared
 # store (each test starts a throwaway cluster with initdb).
 TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd postgresql
-# The benchmarks compare against nginx and drive load with wrk.
+# The benchmarks compare against nginx and drive load with wrk; bench/relay also needs PostgreSQL (postgres-deps).
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 
 
 
-.PHONY: run build test deps test-deps clean bench fuzz interop
+.PHONY: run build test deps test-deps postgres-deps clean bench fuzz interop
 
 run: build
 	.build/release/jotter serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -38,13 +38,14 @@ test: deps test-deps
 fuzz: deps
 	Fuzz/run all $(or $(SECONDS),60)
 
-bench: deps
+bench: deps postgres-deps
 	@bin/install-packages $(BENCH_PACKAGES)
 	bench/http
 	bench/delivery --no-build
 	bench/page --no-build
 	bench/syncs --no-build
 	bench/hostile --no-build
+	bench/relay --no-build
 
 # Jotter against Debian's Postfix (submission, smtps, sendmail) and Dovecot (IMAP), read back with notmuch
 # too, all on 127.0.0.1; not part of `make test`. As root: it configures Postfix for the run (restored
@@ -61,13 +62,16 @@ interop: build
 deps:
 	@bin/install-packages $(RUN_PACKAGES)
 
-# PostgreSQL's package would create and start a "main" cluster on port 5432; the tests need only its
-# programs (each starts its own throwaway cluster), so that is switched off before it is installed.
-test-deps:
+test-deps: postgres-deps
+	@bin/install-packages $(TEST_PACKAGES)
+
+# PostgreSQL's package would create and start a "main" cluster on port 5432; the tests and bench/relay need
+# only its programs (each starts its own throwaway cluster), so that is switched off before it is installed.
+postgres-deps:
 	@sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; [ -d /usr/lib/postgresql ] || { $$sudo mkdir -p \
 	    /etc/postgresql-common/createcluster.d && echo 'create_main_cluster = false' | \
 	    $$sudo tee /etc/postgresql-common/createcluster.d/jotter-tests.conf >/dev/null; }
-	@bin/install-packages $(TEST_PACKAGES)
+	@bin/install-packages postgresql
 
 clean:
 	rm -rf .build
