@@ -6,7 +6,7 @@ import Testing
 /// Several relay nodes on one PostgreSQL database (a throwaway cluster), as behind a load balancer:
 /// one device, one limit, one `Idempotency-Key`, one outbox, whichever node a request reaches — and a
 /// node killed mid-delivery leaves its message to the other once the lease runs out, delivered once.
-@Suite(.serialized, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
+@Suite(.holdingSharedPostgres, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
 struct RelayNodesTests {
     /// Copies node `from`'s key into `to` (a new node's data directory), as an operator would.
     static func shareKey(from: String, to: String) throws {
@@ -21,13 +21,13 @@ struct RelayNodesTests {
     }
 
     @Test func twoNodesShareDevicesCodesOneLimitOneKeyAndOneOutbox() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
+        let database = try SharedPostgres.database()  // its own, on the shared cluster
+        defer { database.drop() }
         let directory = TemporaryDirectory()
         let first = directory.file("node-1"), second = directory.file("node-2")
         // Both nodes deliver into the first node's Maildir, so one reader sees every mail.
         let configure: (inout RelayConfiguration) -> Void = {
-            $0.store = .postgres(url: cluster.url)
+            $0.store = .postgres(url: database.url)
             $0.mail = "maildir:" + first + "/Maildir"
             $0.limits.devicePerMinute = 30
             $0.limits.devicePerDay = nil
@@ -105,13 +105,13 @@ struct RelayNodesTests {
     }
 
     @Test func aNodeKilledMidDeliveryLeavesItsMessageToTheOtherAfterTheLease() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
+        let database = try SharedPostgres.database()  // its own, on the shared cluster
+        defer { database.drop() }
         let directory = TemporaryDirectory()
         // The code mail goes through; the next request (the message, from the first node) hangs.
         let api = try ScriptedRelay(script: [.accept, .hang(seconds: 90)], directory: directory.file("api"))
         defer { api.stop() }
-        let arguments = ["--store", cluster.url, "--lease-seconds", "5", "--log-level", "info",
+        let arguments = ["--store", database.url, "--lease-seconds", "5", "--log-level", "info",
                          "--mail", "resend://re_test_key?from=relay@example.com&base=\(api.baseURL)&timeout=60"]
         let first = directory.file("node-1"), second = directory.file("node-2")
         let one = try RelayProcess(dataDirectory: first, arguments: arguments)
@@ -149,14 +149,14 @@ struct RelayNodesTests {
     }
 
     @Test func aSlowSendOutlivingItsLeaseIsNotTakenOverWhileItsNodeLives() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
+        let database = try SharedPostgres.database()  // its own, on the shared cluster
+        defer { database.drop() }
         let directory = TemporaryDirectory()
         // The code mail goes through; the message takes 8 s, past a lease of 2 s, renewed every ~0.7 s.
         let api = try ScriptedRelay(script: [.accept, .acceptSlowly(milliseconds: 8000)], directory: directory.file("api"))
         defer { api.stop() }
         let configure: (inout RelayConfiguration) -> Void = {
-            $0.store = .postgres(url: cluster.url)
+            $0.store = .postgres(url: database.url)
             $0.mail = "resend://re_test_key?from=relay@example.com&base=\(api.baseURL)&timeout=30"
             $0.delivery.leaseMilliseconds = 2000
         }

@@ -5,14 +5,14 @@ import Testing
 /// A whole relay over HTTP with its devices, codes, limits and idempotency keys in PostgreSQL (a
 /// throwaway cluster): the journey, a limit that survives a restart, a replayed key — and a composer
 /// delivering through it. The relay's outbox is in PostgreSQL too (`PostgresOutbox`).
-@Suite(.serialized, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
+@Suite(.holdingSharedPostgres, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
 struct RelayOnPostgresTests {
     @Test func theJourneyLimitsAndKeysLiveInPostgreSQL() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
         let directory = TemporaryDirectory()
         let configure: (inout RelayConfiguration) -> Void = {
-            $0.store = .postgres(url: cluster.url)
+            $0.store = .postgres(url: database.url)
             $0.limits.devicePerMinute = nil
             $0.limits.devicePerDay = 2
         }
@@ -45,10 +45,10 @@ struct RelayOnPostgresTests {
     }
 
     @Test func aComposerDeliversThroughARelayOnPostgreSQL() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
         let directory = TemporaryDirectory()
-        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.store = .postgres(url: cluster.url) }
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.store = .postgres(url: database.url) }
         defer { relay.stop() }
         let composer = try TestServer(dataDirectory: directory.file("composer"), relay: "jotter+http://127.0.0.1:\(relay.port)")
         defer { composer.stop() }

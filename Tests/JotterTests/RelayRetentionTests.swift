@@ -5,19 +5,16 @@ import Testing
 /// A relay does not keep what it delivered forever: a delivered message's record (its status for
 /// `GET /v1/messages/{id}`, and which device sent it) stays for the retention, then housekeeping
 /// deletes it — on SQLite and on PostgreSQL alike. Messages still on their way are never forgotten.
-@Suite(.serialized) struct RelayRetentionTests {
-    enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
-
-    @Test(arguments: Store.allCases)
-    func deliveredMessagesAreForgottenAfterTheirRetention(store: Store) async throws {
-        if store == .postgres && !PostgresCluster.available { return }  // needs Debian's postgresql
-        let cluster = store == .postgres ? try PostgresCluster() : nil
-        defer { cluster?.stop() }
+@Suite(.holdingSharedPostgres) struct RelayRetentionTests {
+    @Test(arguments: RelayStoreKind.available)
+    func deliveredMessagesAreForgottenAfterTheirRetention(store kind: RelayStoreKind) async throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let clock = ManualClock(milliseconds: 1_764_581_405_000)
         let scheduler = ManualScheduler(clock: clock)
-        let relay = try RelayServer(dataDirectory: directory.file("relay"), clock: clock, scheduler: scheduler) {
-            if let cluster { $0.store = .postgres(url: cluster.url) }
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: clock,
+                                    scheduler: scheduler) {
             $0.limits.devicePerMinute = nil
             $0.messageRetentionMilliseconds = 7 * 86_400_000
         }

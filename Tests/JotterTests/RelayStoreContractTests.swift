@@ -6,7 +6,7 @@ import Testing
 /// The relay's store contract, run against both stores: SQLite in the data directory (one node) and
 /// PostgreSQL (a throwaway cluster), so a relay decides the same whichever it keeps its state in. On
 /// PostgreSQL also as two nodes would: two connection pools racing for one limit and one key.
-@Suite(.serialized) struct RelayStoreContractTests {
+@Suite(.holdingSharedPostgres) struct RelayStoreContractTests {
     enum Kind: String, CaseIterable, Sendable { case sqlite, postgres }
 
     /// A store of `kind`, and what to stop when done.
@@ -14,25 +14,25 @@ import Testing
         let store: any RelayStore
         private let directory = TemporaryDirectory()
         private var outbox: Outbox?
-        let cluster: PostgresCluster?
+        let database: SharedPostgres.Database?
 
         init(_ kind: Kind) throws {
             switch kind {
             case .sqlite:
                 let outbox = try Outbox(path: directory.file("jotter.db"), key: try SymmetricKey.random())
                 self.outbox = outbox
-                cluster = nil
+                database = nil
                 store = try SQLiteRelayStore(database: outbox.database)
             case .postgres:
-                let cluster = try PostgresCluster()
-                self.cluster = cluster
-                store = try PostgresRelayStore(url: cluster.url)
+                let database = try SharedPostgres.database()
+                self.database = database
+                store = try PostgresRelayStore(url: database.url)
             }
         }
 
         func stop() {
             outbox?.close()
-            cluster?.stop()
+            database?.drop()
         }
     }
 
@@ -177,9 +177,9 @@ import Testing
     /// 30, however the requests interleave; and one `Idempotency-Key` sent to both at once is admitted once.
     @Test(.enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
     func twoNodesShareOneLimitAndOneKey() throws {
-        let cluster = try PostgresCluster()
-        defer { cluster.stop() }
-        let nodes = [try PostgresRelayStore(url: cluster.url), try PostgresRelayStore(url: cluster.url)]
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let nodes = [try PostgresRelayStore(url: database.url), try PostgresRelayStore(url: database.url)]
         let charge = LimitCharge(policy: "device-minute", partition: Self.bytes("d1"), quota: 30, windowSeconds: 60)
         let now = charge.windowStart(now: Self.t0) + 1
         let allowed = Atomic<Int>(0), failures = Mutex<[String]>([])
