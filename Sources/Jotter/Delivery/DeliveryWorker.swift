@@ -181,8 +181,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
         let batch = batchSize, free = slotCount - inFlight
         if free > 0, batch > 1, !backlogged, let since = gatheringSince {
+            // Something is due, and company may still come: wait for the window's end.
             let left = since + configuration.batchWindowMilliseconds - now
-            if left > 0 {
+            if left > 0, let due = try? outbox.nextDueAt(), due <= now {
                 timer?.arm(afterMilliseconds: left)
                 return
             }
