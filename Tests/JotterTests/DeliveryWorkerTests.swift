@@ -62,22 +62,28 @@ import Testing
         #expect(fixture.transport.messages.count == 12, "each memo sent once")
     }
 
-    /// A burst of memos sent to an idle worker goes out in one batch: the first waits the batch window
-    /// for company (on manual time, so the test knows exactly when), then all go together.
-    @Test func aBurstWaitsTheBatchWindowAndGoesOutTogether() async throws {
+    /// A memo that finds the worker idle goes at once; memos that come while a batch is on its way
+    /// gather into the next, which waits the batch window for company (on manual time, so the test
+    /// knows exactly when), then goes as one.
+    @Test func aStreamWaitsTheBatchWindowAndGoesOutTogether() async throws {
         let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 20, maximumWait: 600)
         defer { fixture.stop() }
-        // Until the relay has taken a memo, one at a time and no window.
+        // Until the relay has taken a memo, one at a time.
         let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
         #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
-        #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle again")
+        #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle")
+        fixture.transport.block()
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "finds the worker idle")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20), "sent at once, no window")
         let start = fixture.now
-        var burst: [String] = []
-        for index in 0..<5 { burst.append(try await fixture.outbox.enqueue(MemoDraft(body: "burst \(index)")).id) }
-        #expect(fixture.waitForDeadline(start + 20), "armed for the end of the window")
-        #expect(fixture.transport.messages.count == 1, "nothing of the burst sent before the window ends")
+        var stream: [String] = []
+        for index in 0..<5 { stream.append(try await fixture.outbox.enqueue(MemoDraft(body: "stream \(index)")).id) }
+        fixture.transport.release()
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(first))??.status == .sent })
+        #expect(fixture.waitForDeadline(start + 20), "the next batch waits for the window's end")
+        #expect(fixture.transport.messages.count == 2, "nothing of the stream sent before it")
         fixture.scheduler.advance(milliseconds: 20)
-        #expect(TestServer.waitUntil(timeout: 20) { burst.allSatisfy { (try? fixture.record($0))??.status == .sent } })
+        #expect(TestServer.waitUntil(timeout: 20) { stream.allSatisfy { (try? fixture.record($0))??.status == .sent } })
         #expect(fixture.transport.batches == [5])
     }
 

@@ -35,9 +35,10 @@ public final class DeliveryWorker: @unchecked Sendable {
         public var refusedRetestMilliseconds: Int64 = 15 * 60_000
         /// A memo not delivered this long after it was accepted is stuck: logged once, and shown.
         public var warnAfterMilliseconds: Int64 = 3_600_000
-        /// For a transport that delivers in batches: how long a memo that wakes an idle worker waits
-        /// for company, so that memos sent in a burst share one batch's syncs instead of each paying
-        /// its own (a person does not notice 50 ms between Send and the inbox; the disk does).
+        /// For a transport that delivers in batches: when memos come in a stream (one arrives while
+        /// the one before is still being delivered), the next batch waits this long after it for
+        /// company, so that they share one batch's syncs instead of each paying its own. A memo that
+        /// finds the worker idle goes at once.
         public var batchWindowMilliseconds: Int64 = 50
 
         /// The defaults.
@@ -132,7 +133,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         guard !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         control.async {
             self.wakePending.store(false, ordering: .releasing)
-            if self.gatheringSince == nil { self.gatheringSince = self.clock.nowMilliseconds() }
+            // A stream (this memo came while others are on their way): gather the next batch.
+            if self.gatheringSince == nil, self.inFlight > 0 { self.gatheringSince = self.clock.nowMilliseconds() }
             self.pump()
         }
     }
