@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// Connections to one PostgreSQL database, lent one at a time to one user each; a connection the
@@ -9,16 +10,26 @@ final class PostgresPool: @unchecked Sendable {
     private let url: String
     private let lock = Mutex(())
     private var idle: [PostgresConnection] = []
+    /// One unit per connection that may be open: a borrower beyond them waits for one to come back,
+    /// so a node under load never holds more than `maximumConnections` (PostgreSQL's own limit is
+    /// shared by every node).
+    private let permits: DispatchSemaphore
+
+    /// Connections one pool opens at most, unless told otherwise.
+    static let defaultMaximumConnections = 8
 
     /// A pool for `url`; connects once now, so a wrong URL or an unreachable server stops the start.
-    init(url: String) throws {
+    init(url: String, maximumConnections: Int = PostgresPool.defaultMaximumConnections) throws {
         self.url = url
+        permits = DispatchSemaphore(value: max(maximumConnections, 1))
         let first = try PostgresConnection(url: url)
         idle.append(first)
     }
 
-    /// Lends a connection to `body`.
+    /// Lends a connection to `body`, waiting for one when all are lent.
     func with<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        permits.wait()
+        defer { permits.signal() }
         let reused: PostgresConnection? = lock.withLock { _ in idle.popLast() }
         let connection = try reused ?? PostgresConnection(url: url)
         defer {

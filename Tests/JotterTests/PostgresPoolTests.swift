@@ -1,0 +1,41 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// A node's connections to PostgreSQL are bounded: under load, requests wait for a connection instead
+/// of opening more (PostgreSQL's `max_connections` is shared by every node).
+@Suite(.holdingSharedPostgres, .enabled(if: PostgresCluster.available, "needs PostgreSQL (apt-get install postgresql)"))
+struct PostgresPoolTests {
+    @Test func borrowersBeyondTheBoundWaitAndAllAreServed() throws {
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let pool = try PostgresPool(url: database.url, maximumConnections: 3)
+        let inside = Atomic<Int>(0), most = Atomic<Int>(0), served = Atomic<Int>(0)
+        // A thread each (Dispatch on Linux runs only about as many blocked blocks at once as there
+        // are cores, which would never reach the bound).
+        let group = DispatchGroup()
+        for _ in 0..<24 {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                let ok = (try? pool.with { connection -> Bool in
+                    let now = inside.add(1, ordering: .relaxed).newValue
+                    _ = most.max(now, ordering: .relaxed)
+                    defer { inside.subtract(1, ordering: .relaxed) }
+                    return try connection.execute("SELECT pg_sleep(0.05)").count == 1
+                }) ?? false
+                if ok { served.add(1, ordering: .relaxed) }
+            }.start()
+        }
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        #expect(served.load(ordering: .relaxed) == 24)
+        #expect(most.load(ordering: .relaxed) == 3, "as many as allowed at once, and no more")
+        // And PostgreSQL saw no more than three of this pool's connections at once.
+        let open = try pool.with { connection in
+            try connection.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+                .first?.int64(0) ?? -1
+        }
+        #expect((1...3).contains(open), "\(open) connections")
+    }
+}
