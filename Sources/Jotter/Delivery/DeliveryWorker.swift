@@ -561,7 +561,6 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     static func milliseconds(since start: UInt64) -> String {
-        let elapsed = Double(monotonicNanoseconds() - start) / 1_000_000
-        return String(Double(Int(elapsed * 100)) / 100)
+        Logger.milliseconds(nanoseconds: monotonicNanoseconds() - start)
     }
 }

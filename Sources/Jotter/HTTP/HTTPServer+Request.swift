@@ -249,7 +249,7 @@ extension HTTPServer {
         bodyBudget.release(context.reservedBytes)
         context.reservedBytes = 0
         registry.requestEnded(context.connectionID, now: monotonicNanoseconds())
-        let elapsed = Double(monotonicNanoseconds() - context.started) / 1_000_000
+        let elapsed = monotonicNanoseconds() - context.started
         let messageID = context.reply.messageID
         let outcome: String
         let ownStatus = context.queued ? 0 : Int(jotter_mhd_queued_status(context.connection))
@@ -264,7 +264,7 @@ extension HTTPServer {
         }
         logger.info("request", metadata: [
             "method": Self.loggable(method: context.method), "path": context.route ?? "-",
-            "status": outcome, "duration_ms": String(Double(Int(elapsed * 100)) / 100),
+            "status": outcome, "duration_ms": Logger.milliseconds(nanoseconds: elapsed),
             "message.id": messageID ?? "-",
         ])
         if reason != .REQUEST_TERMINATED_COMPLETED_OK, let messageID {

@@ -29,10 +29,15 @@ public final class LogSink: Sendable {
     public static func memory() -> LogSink { LogSink(target: .memory) }
 
     func write(_ line: String) {
+        write(bytes: Array(line.utf8))
+    }
+
+    /// Writes one line's bytes (ending in a line feed).
+    func write(bytes line: [UInt8]) {
         switch target {
         case .standardError:
             let (schedule, large) = pending.withLock { state -> (Bool, Bool) in
-                state.bytes.append(contentsOf: line.utf8)
+                state.bytes.append(contentsOf: line)
                 let schedule = !state.scheduled
                 state.scheduled = true
                 return (schedule, state.bytes.count > 65536)
@@ -43,7 +48,7 @@ public final class LogSink: Sendable {
                 writer.asyncAfter(deadline: .now() + .milliseconds(20)) { self.drain() }
             }
         case .memory:
-            lines.withLock { $0.append(line) }
+            lines.withLock { $0.append(String(decoding: line, as: UTF8.self)) }
         }
     }
 

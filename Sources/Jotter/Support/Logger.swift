@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A small logger shaped like swift-log's `Logger`, so it could be swapped for it one day.
 ///
 /// Messages are short constant strings; data goes in metadata. Never put memo text, a subject, an
@@ -14,6 +16,19 @@ public struct Logger: Sendable {
         }
 
         public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        /// The level's name as the log line shows it (a literal: `"\(level)"` goes through reflection).
+        var name: StaticString {
+            switch self {
+            case .trace: return "trace"
+            case .debug: return "debug"
+            case .info: return "info"
+            case .notice: return "notice"
+            case .warning: return "warning"
+            case .error: return "error"
+            case .critical: return "critical"
+            }
+        }
     }
 
     /// Metadata values are plain strings.
@@ -37,17 +52,66 @@ public struct Logger: Sendable {
         Logger(label: label, level: logLevel, sink: sink)
     }
 
-    /// Logs `message` at `level` with `metadata` appended as `key=value` pairs.
+    /// Logs `message` at `level` with `metadata` appended as `key=value` pairs:
+    /// `2026-12-01T09:30:05.123Z info http: request method=GET status=200`. Built as bytes in one
+    /// buffer (every request logs a line at `info`: this is on the path of every answer).
     public func log(level: Level, _ message: @autoclosure () -> String, metadata: Metadata = [:]) {
         guard level >= logLevel else { return }
-        var line = Timestamp.iso8601(milliseconds: SystemClock().nowMilliseconds())
-        line += " \(level) \(label): \(message())"
+        var line: [UInt8] = []
+        line.reserveCapacity(160)
+        Self.appendTimestamp(SystemClock().nowMilliseconds(), to: &line)
+        line.append(0x20)
+        level.name.withUTF8Buffer { line.append(contentsOf: $0) }
+        line.append(0x20)
+        line.append(contentsOf: label.utf8)
+        line.append(contentsOf: ": ".utf8)
+        line.append(contentsOf: message().utf8)
         // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
         for (key, value) in metadata where !value.isEmpty {
-            let quoted = value.contains(" ") || value.contains("\"")
-            line += " \(key)=" + (quoted ? "\"" + value.split(separator: "\"", omittingEmptySubsequences: false).joined(separator: "\\\"") + "\"" : value)
+            line.append(0x20)
+            line.append(contentsOf: key.utf8)
+            line.append(0x3D)
+            let quoted = value.utf8.contains { $0 == 0x20 || $0 == 0x22 }
+            if quoted {
+                line.append(0x22)
+                for byte in value.utf8 {
+                    if byte == 0x22 { line.append(0x5C) }
+                    line.append(byte)
+                }
+                line.append(0x22)
+            } else {
+                line.append(contentsOf: value.utf8)
+            }
         }
-        sink.write(line + "\n")
+        line.append(0x0A)
+        sink.write(bytes: line)
+    }
+
+    /// `nanoseconds` as milliseconds with two decimals, `12.34` (integer arithmetic: `String(Double)`
+    /// is slow, and this is formatted for every request).
+    public static func milliseconds(nanoseconds: UInt64) -> String {
+        let hundredths = nanoseconds / 10_000
+        let fraction = hundredths % 100
+        return String(hundredths / 100) + (fraction < 10 ? ".0" : ".") + String(fraction)
+    }
+
+    /// The second a log line last began in, and its text (`2026-12-01T09:30:05`): formatted once a
+    /// second, not once a line.
+    private static let lastSecond = Mutex<(second: Int64, text: [UInt8])>((Int64.min, []))
+
+    /// Appends `2026-12-01T09:30:05.123Z` for `milliseconds`.
+    static func appendTimestamp(_ milliseconds: Int64, to line: inout [UInt8]) {
+        let second = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let prefix = lastSecond.withLock { cached -> [UInt8] in
+            if cached.second != second {
+                cached = (second, Array(Timestamp.iso8601(milliseconds: second * 1000).utf8.prefix(19)))
+            }
+            return cached.text
+        }
+        line.append(contentsOf: prefix)
+        let fraction = Int(milliseconds - second * 1000)
+        line.append(contentsOf: [0x2E, UInt8(0x30 + fraction / 100), UInt8(0x30 + fraction / 10 % 10),
+                                 UInt8(0x30 + fraction % 10), 0x5A])
     }
 
     /// Logs at `.debug`.
