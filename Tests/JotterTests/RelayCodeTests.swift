@@ -17,13 +17,7 @@ import Testing
         init(_ kind: RelayStoreKind, configure: (inout RelayConfiguration) -> Void = { _ in }) throws {
             let store = try RelayTestStore(kind)
             self.store = store
-            do {
-                relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: scheduler.clock,
-                                        scheduler: scheduler, configure: configure)
-            } catch {
-                store.release()
-                throw error
-            }
+            relay = try store.relay(in: directory, scheduler: scheduler, configure: configure)
         }
 
         func advance(seconds: Double) {

@@ -20,13 +20,7 @@ import Testing
             self.configure = configure
             let store = try RelayTestStore(kind)
             self.store = store
-            do {
-                relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: scheduler.clock,
-                                        scheduler: scheduler, configure: configure)
-            } catch {
-                store.release()
-                throw error
-            }
+            relay = try store.relay(in: directory, scheduler: scheduler, configure: configure)
             do {
                 secret = try relay.register().secret
                 try relay.verify(secret, "me@example.com")

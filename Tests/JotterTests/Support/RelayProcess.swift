@@ -62,14 +62,8 @@ final class RelayProcess: @unchecked Sendable {
     /// A JSON request over a socket, with a device's bearer secret when given.
     func request(_ method: String, _ path: String, secret: String? = nil, _ object: [String: Any]? = nil,
                  headers: [(String, String)] = []) throws -> RawHTTP.Response {
-        var all = headers
-        if let secret { all.append(("Authorization", "Bearer \(secret)")) }
-        var body: [UInt8] = []
-        if let object {
-            all.append(("Content-Type", "application/json"))
-            body = Array(try JSONSerialization.data(withJSONObject: object))
-        }
-        return try RawHTTP.request(port: port, method: method, path: path, headers: all, body: body)
+        let request = try RelayServer.jsonRequest(secret: secret, object, headers: headers)
+        return try RawHTTP.request(port: port, method: method, path: path, headers: request.headers, body: request.body)
     }
 }
 

@@ -74,30 +74,29 @@ final class RelayServer: @unchecked Sendable {
         return RawHTTP.Response(status: response.status, headers: response.headers.fields, body: response.body)
     }
 
+    /// The headers and body of a JSON request to the relay's API: `object` as the body, and the
+    /// device's bearer secret when given.
+    static func jsonRequest(secret: String?, _ object: [String: Any]?,
+                            headers: [(String, String)]) throws -> (headers: [(String, String)], body: [UInt8]) {
+        var all = headers
+        if let secret { all.append(("Authorization", "Bearer \(secret)")) }
+        guard let object else { return (all, []) }
+        all.append(("Content-Type", "application/json"))
+        return (all, Array(try JSONSerialization.data(withJSONObject: object)))
+    }
+
     /// A JSON request at the router, with the device's bearer secret when given.
     func json(_ method: String, _ path: String, secret: String? = nil, _ object: [String: Any]? = nil,
               headers: [(String, String)] = [], from address: String = "127.0.0.1") throws -> RawHTTP.Response {
-        var all = headers
-        if let secret { all.append(("Authorization", "Bearer \(secret)")) }
-        var body: [UInt8] = []
-        if let object {
-            all.append(("Content-Type", "application/json"))
-            body = Array(try JSONSerialization.data(withJSONObject: object))
-        }
-        return try route(method, path, headers: all, body: body, from: address)
+        let request = try Self.jsonRequest(secret: secret, object, headers: headers)
+        return try route(method, path, headers: request.headers, body: request.body, from: address)
     }
 
     /// The same over a socket.
     func request(_ method: String, _ path: String, secret: String? = nil, _ object: [String: Any]? = nil,
                  headers: [(String, String)] = []) throws -> RawHTTP.Response {
-        var all = headers
-        if let secret { all.append(("Authorization", "Bearer \(secret)")) }
-        var body: [UInt8] = []
-        if let object {
-            all.append(("Content-Type", "application/json"))
-            body = Array(try JSONSerialization.data(withJSONObject: object))
-        }
-        return try RawHTTP.request(port: port, method: method, path: path, headers: all, body: body)
+        let request = try Self.jsonRequest(secret: secret, object, headers: headers)
+        return try RawHTTP.request(port: port, method: method, path: path, headers: request.headers, body: request.body)
     }
 
     /// A message's `status` as `GET /v1/messages/{id}` tells the device that sent it (nil if unreadable).

@@ -80,4 +80,17 @@ final class RelayTestStore: Sendable {
     func release() {
         database?.drop()
     }
+
+    /// A relay on this store in `directory` on manual time; if it does not start, the store is
+    /// released (the caller's `defer` would not run: its fixture was never made).
+    func relay(in directory: TemporaryDirectory, scheduler: ManualScheduler,
+               configure: (inout RelayConfiguration) -> Void) throws -> RelayServer {
+        do {
+            return try RelayServer(dataDirectory: directory.file("relay"), store: self, clock: scheduler.clock,
+                                   scheduler: scheduler, configure: configure)
+        } catch {
+            release()
+            throw error
+        }
+    }
 }
