@@ -38,4 +38,21 @@ struct PostgresPoolTests {
         }
         #expect((1...3).contains(open), "\(open) connections")
     }
+
+    @Test func aStoppedRelayHoldsNoConnection() throws {
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.store = .postgres(url: database.url) }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        relay.stop()
+        let probe = try PostgresConnection(url: database.url)
+        let others = {
+            (try? probe.execute("""
+                SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+                """).first?.int64(0)) ?? -1
+        }
+        #expect(TestServer.waitUntil(timeout: 20) { others() == 0 }, "\(others()) connections left open")
+    }
 }

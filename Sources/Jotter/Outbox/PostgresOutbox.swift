@@ -96,6 +96,7 @@ public final class PostgresOutbox: MessageOutbox {
 
     public func close() {
         listener.stop()
+        pool.close()
     }
 
     public func setOnAccepted(_ handler: (@Sendable () -> Void)?) {

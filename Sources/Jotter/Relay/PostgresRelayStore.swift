@@ -298,6 +298,10 @@ public final class PostgresRelayStore: RelayStore {
     /// one over), so nothing is done here.
     public func recoverInterrupted() throws {}
 
+    public func close() {
+        pool.close()
+    }
+
     public func purge(now: Int64, messagesBefore: Int64) throws {
         try pool.transaction(serializable: false) { connection in
             try connection.execute("DELETE FROM relay_messages WHERE created_at < $1", [.integer(messagesBefore)])

@@ -23,6 +23,7 @@ public final class RelayApplication: Sendable {
     private let housekeepingQueue = DispatchQueue(label: "jotter.relay.housekeeping")
     private let logger: Logger
     private let mailFingerprint: [UInt8]
+    private let store: any RelayStore
 
     /// How often expired keys, old counters and spent codes are forgotten.
     static let housekeepingMilliseconds: Int64 = 3_600_000
@@ -49,7 +50,6 @@ public final class RelayApplication: Sendable {
         let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
         var delivery = configuration.delivery
         if let from = relay.from { delivery.from = from }
-        let store: any RelayStore
         switch configuration.store {
         case .sqlite:
             let outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
@@ -113,12 +113,14 @@ public final class RelayApplication: Sendable {
         } catch {
             worker.stop()
             outbox.close()
+            store.close()
             dataDirectory.unlock()
             throw error
         }
     }
 
-    /// Stops in order: the server (draining requests in flight), housekeeping, the worker, the outbox.
+    /// Stops in order: the server (draining requests in flight), housekeeping, the worker, the outbox
+    /// and the store.
     public func stop() {
         server.stop()
         housekeeping.withLock { timer in
@@ -128,6 +130,7 @@ public final class RelayApplication: Sendable {
         housekeepingQueue.sync {}  // a purge under way finishes before the database closes
         worker.stop()
         outbox.close()
+        store.close()
         dataDirectory.unlock()
     }
 

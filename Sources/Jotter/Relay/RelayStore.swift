@@ -55,6 +55,14 @@ public protocol RelayStore: Sendable {
     /// Forgets what no rule needs any more: expired keys, old counters and code records, used or
     /// expired invites, and which device sent the messages accepted before `messagesBefore`.
     func purge(now: Int64, messagesBefore: Int64) throws
+
+    /// Lets go of what the store holds open (PostgreSQL connections); the SQLite store's database is
+    /// the outbox's, closed with it.
+    func close()
+}
+
+extension RelayStore {
+    public func close() {}
 }
 
 /// One rate-limit layer applied to one request.

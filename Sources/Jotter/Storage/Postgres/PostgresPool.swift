@@ -38,6 +38,16 @@ final class PostgresPool: @unchecked Sendable {
         return try body(connection)
     }
 
+    /// Closes the idle connections (a connection still lent is closed when its borrower gives it back
+    /// and the pool is gone). Call when the pool's owner stops.
+    func close() {
+        let closing = lock.withLock { _ in
+            defer { idle.removeAll() }
+            return idle
+        }
+        _ = closing  // released here: each connection's deinit calls PQfinish
+    }
+
     /// One transaction on a lent connection (see `PostgresConnection.transaction`).
     @discardableResult
     func transaction<T>(serializable: Bool = true, _ body: (PostgresConnection) throws -> T) throws -> T {
