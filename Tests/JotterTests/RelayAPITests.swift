@@ -294,12 +294,13 @@ import Testing
                     print(method.upper(), path)
             """, arguments: [Repository.root + "/openapi-relay.yaml"])
             .split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
-        #expect(operations.count == 6)
+        #expect(operations.count == 8)
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))
         defer { relay.stop() }
         for operation in operations {
             let path = operation[1].replacingOccurrences(of: "{id}", with: UUID().uuidString.lowercased())
+                .replacingOccurrences(of: "{address}", with: "me@example.com")
             let response = try relay.route(operation[0], path)
             #expect(response.status != 404 && response.status != 405, "\(operation) is not a route")
         }

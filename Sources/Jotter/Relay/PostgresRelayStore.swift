@@ -173,6 +173,24 @@ public final class PostgresRelayStore: RelayStore {
         }
     }
 
+    public func removeDestination(deviceID: String, addressKey: [UInt8]) throws -> Bool {
+        try pool.transaction(serializable: false) { connection in
+            let key: [PostgresConnection.Value] = [.text(deviceID), .bytes(addressKey)]
+            try connection.execute("DELETE FROM relay_codes WHERE device_id = $1 AND address_key = $2", key)
+            return try connection.execute(
+                "DELETE FROM relay_destinations WHERE device_id = $1 AND address_key = $2 RETURNING 1", key).count > 0
+        }
+    }
+
+    public func revokeDevice(id: String, now: Int64) throws {
+        try pool.transaction(serializable: false) { connection in
+            try connection.execute("UPDATE relay_devices SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+                                   [.integer(now), .text(id)])
+            try connection.execute("DELETE FROM relay_codes WHERE device_id = $1", [.text(id)])
+            try connection.execute("DELETE FROM relay_destinations WHERE device_id = $1", [.text(id)])
+        }
+    }
+
     public func destinations(deviceID: String) throws -> [StoredDestination] {
         try pool.with { connection in
             try connection.execute("""

@@ -23,6 +23,17 @@ struct RelayRoutes: Sendable {
         add(&router, "GET", "/v1/destinations") { request, _, respond in
             authenticated(request, respond) { device in respond(destinations(device: device)) }
         }
+        add(&router, "DELETE", "/v1/destinations/{address}") { request, parameters, respond in
+            authenticated(request, respond) { device in
+                respond(removeDestination(parameters["address"] ?? "", device: device))
+            }
+        }
+        add(&router, "DELETE", "/v1/devices/me") { request, _, respond in
+            authenticated(request, respond) { device in respond(answering {
+                try service.revoke(deviceID: device)
+                return HTTPResponse(status: 204)
+            }) }
+        }
         add(&router, "POST", "/v1/messages") { request, _, respond in
             authenticated(request, respond) { device in send(request, device: device, respond: respond) }
         }
@@ -40,6 +51,17 @@ struct RelayRoutes: Sendable {
     }
 
     // MARK: Devices
+
+    private func removeDestination(_ text: String, device: String) -> HTTPResponse {
+        guard let address = DestinationAddress(text) else {
+            return .error(400, code: "invalid_address", message: "That is not an email address this relay can send to.")
+        }
+        return answering {
+            try service.removeDestination(deviceID: device, address: address)
+                ? HTTPResponse(status: 204)
+                : .error(404, code: "destination_not_found", message: "This device has no such address.")
+        }
+    }
 
     private func register(_ request: HTTPRequest) -> HTTPResponse {
         var invite: String?

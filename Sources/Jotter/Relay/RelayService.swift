@@ -179,6 +179,19 @@ public final class RelayService: Sendable {
         }
     }
 
+    /// Forgets one of the device's addresses; false if it had none.
+    public func removeDestination(deviceID: String, address: DestinationAddress) throws -> Bool {
+        let removed = try store.removeDestination(deviceID: deviceID, addressKey: addressKey(address))
+        if removed { logger.info("destination removed", metadata: ["device.id": deviceID]) }
+        return removed
+    }
+
+    /// Revokes the device (its own request: a lost or retired composer).
+    public func revoke(deviceID: String) throws {
+        try store.revokeDevice(id: deviceID, now: clock.nowMilliseconds())
+        logger.info("device revoked", metadata: ["device.id": deviceID])
+    }
+
     // MARK: Messages
 
     /// Accepts a message for `to` (validated) once the device has verified it, within the limits,

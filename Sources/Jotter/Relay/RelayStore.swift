@@ -31,6 +31,14 @@ public protocol RelayStore: Sendable {
     /// The device's destinations, oldest first.
     func destinations(deviceID: String) throws -> [StoredDestination]
 
+    /// Forgets one of the device's addresses (verified or not) and its code; false if it had none.
+    /// Messages already accepted for it are still delivered.
+    func removeDestination(deviceID: String, addressKey: [UInt8]) throws -> Bool
+
+    /// Revokes the device: its secret no longer authenticates, and its addresses and codes are
+    /// forgotten. Messages it sent before are still delivered.
+    func revokeDevice(id: String, now: Int64) throws
+
     /// Checks every limit in `charges` and spends them all, or none if any is exhausted.
     func spend(_ charges: [LimitCharge], now: Int64) throws -> LimitVerdict
 

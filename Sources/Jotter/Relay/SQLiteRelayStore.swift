@@ -118,6 +118,24 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
+    public func removeDestination(deviceID: String, addressKey: [UInt8]) throws -> Bool {
+        try write(durable: true) { database in
+            let key: [DatabaseValue] = [.text(deviceID), .blob(addressKey)]
+            try database.run("DELETE FROM relay_codes WHERE device_id = ? AND address_key = ?", key)
+            try database.run("DELETE FROM relay_destinations WHERE device_id = ? AND address_key = ?", key)
+            return database.changes > 0
+        }
+    }
+
+    public func revokeDevice(id: String, now: Int64) throws {
+        try write(durable: true) { database in
+            try database.run("UPDATE relay_devices SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                             [.integer(now), .text(id)])
+            try database.run("DELETE FROM relay_codes WHERE device_id = ?", [.text(id)])
+            try database.run("DELETE FROM relay_destinations WHERE device_id = ?", [.text(id)])
+        }
+    }
+
     public func destinations(deviceID: String) throws -> [StoredDestination] {
         try database.read { database in
             try database.statement("""

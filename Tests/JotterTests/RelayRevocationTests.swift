@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// A device forgets an address it no longer reads, and a lost composer is revoked: on both stores.
+/// Nothing accepted before is lost either way.
+@Suite(.holdingSharedPostgres) struct RelayRevocationTests {
+    @Test(arguments: RelayStoreKind.available)
+    func aForgottenAddressNeedsVerifyingAgainAndOthersAreUntouched(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let relay = try store.relay(in: directory, scheduler: scheduler) { _ in }
+        defer { relay.stop() }
+        let device = try relay.register(), other = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        scheduler.clock.advance(milliseconds: 61_000)  // an address's next code waits a minute
+        try relay.verify(other.secret, "me@example.com")
+        #expect(try relay.send(device.secret, to: "me@example.com", body: "before").status == 202)
+
+        let removed = try relay.json("DELETE", "/v1/destinations/ME@example.com", secret: device.secret)
+        #expect(removed.status == 204, "\(removed.text)")
+        #expect(try relay.json("DELETE", "/v1/destinations/me@example.com", secret: device.secret).errorCode
+                == "destination_not_found", "once")
+        #expect(try relay.json("DELETE", "/v1/destinations/not-an-address", secret: device.secret).errorCode
+                == "invalid_address")
+        #expect(try relay.json("DELETE", "/v1/destinations/me@example.com").status == 401)
+        #expect(!(try relay.json("GET", "/v1/destinations", secret: device.secret).text.contains("me@example.com")))
+        #expect(try relay.send(device.secret, to: "me@example.com", body: "after").errorCode == "destination_unverified")
+        #expect(try relay.send(other.secret, to: "me@example.com", body: "another device's").status == 202,
+                "another device's verification stands")
+        #expect(TestServer.waitUntil(timeout: 20) {
+            let bodies = ((try? relay.mails(to: "me@example.com")) ?? []).map { $0.message["body"] }
+            return bodies.contains { RelayServer.sameBody($0, "before") } && bodies.contains { RelayServer.sameBody($0, "another device's") }
+        }, "what was accepted is delivered")
+        scheduler.clock.advance(milliseconds: 61_000)
+        try relay.verify(device.secret, "me@example.com")
+        #expect(try relay.send(device.secret, to: "me@example.com", body: "again").status == 202)
+    }
+
+    @Test(arguments: RelayStoreKind.available)
+    func aRevokedDeviceIsRefusedAndItsMessagesStillGoOut(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let relay = try store.relay(in: directory, scheduler: scheduler) { _ in }
+        defer { relay.stop() }
+        let device = try relay.register(), other = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        scheduler.clock.advance(milliseconds: 61_000)  // an address's next code waits a minute
+        try relay.verify(other.secret, "me@example.com")
+        let sent = try relay.send(device.secret, to: "me@example.com", body: "sent before the revocation")
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+
+        #expect(try relay.json("DELETE", "/v1/devices/me", secret: device.secret).status == 204)
+        for response in [try relay.json("GET", "/v1/destinations", secret: device.secret),
+                         try relay.send(device.secret, to: "me@example.com", body: "after"),
+                         try relay.json("DELETE", "/v1/devices/me", secret: device.secret)] {
+            #expect(response.status == 401 && response.header("WWW-Authenticate") == "Bearer", "\(response.text)")
+        }
+        #expect(try relay.json("GET", "/v1/destinations", secret: other.secret).text.contains("me@example.com"),
+                "another device is untouched")
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ((try? relay.mails(to: "me@example.com")) ?? []).contains { RelayServer.sameBody($0.message["body"], "sent before the revocation") }
+        }, "message \(id) is delivered")
+    }
+}
