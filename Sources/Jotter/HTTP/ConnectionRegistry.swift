@@ -42,6 +42,8 @@ final class ConnectionRegistry: Sendable {
 
     private struct Record {
         var client: String
+        /// The peer's address as text, formatted once when the connection opened.
+        var address: String?
         var descriptor: Int32
         /// When the current request began: the connection's start, or the end of the previous request.
         var since: UInt64
@@ -71,11 +73,11 @@ final class ConnectionRegistry: Sendable {
 
     /// Registers a new connection and makes room for it; returns its id. If no room can be made, the
     /// new connection itself is closed (`closing(id)` is then `.refused`).
-    func opened(descriptor: Int32, client: String, now: UInt64) -> Int {
+    func opened(descriptor: Int32, client: String, address: String? = nil, now: UInt64) -> Int {
         state.withLock { state in
             let id = state.nextID
             state.nextID += 1
-            state.records[id] = Record(client: client, descriptor: descriptor, since: now)
+            state.records[id] = Record(client: client, address: address, descriptor: descriptor, since: now)
             state.open += 1
             state.perClient[client, default: 0] += 1
             if state.perClient[client, default: 0] > limits.perClient {
@@ -94,8 +96,13 @@ final class ConnectionRegistry: Sendable {
     }
 
     /// The request is complete and being answered: it is never closed here until it ends.
-    func answering(_ id: Int) {
-        state.withLock { $0.records[id]?.answering = true }
+    /// The connection's request is being answered; returns the peer's address given at `opened`.
+    @discardableResult
+    func answering(_ id: Int) -> String? {
+        state.withLock { state in
+            state.records[id]?.answering = true
+            return state.records[id]?.address ?? nil
+        }
     }
 
     /// The request ended (answered or not); the next one's time starts now.

@@ -64,8 +64,9 @@ extension HTTPServer {
             registry.closed(Int(bitPattern: socketContext.pointee))
             return
         }
+        let address = Self.clientAddress(connection)
         let id = registry.opened(descriptor: jotter_mhd_connection_fd(connection),
-                                 client: ConnectionRegistry.client(address: Self.clientAddress(connection)),
+                                 client: ConnectionRegistry.client(address: address), address: address,
                                  now: monotonicNanoseconds())
         socketContext.pointee = UnsafeMutableRawPointer(bitPattern: id)
     }
@@ -179,10 +180,11 @@ extension HTTPServer {
             // an end-of-file that came with the request (nc -N) brings none, so it would notice only at a
             // timeout. Seen now, the answer says Connection: close and the connection ends with it.
             context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0
-            registry.answering(context.connectionID)
+            // The peer's address, formatted once per connection rather than once per request.
+            let address = registry.answering(context.connectionID)
             let request = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
                                       headers: context.headers, body: context.body,
-                                      remoteAddress: Self.clientAddress(context.connection))
+                                      remoteAddress: address ?? Self.clientAddress(context.connection))
             context.body = []
             handler(request) { [reply = context.reply] response in reply.complete(response) }
             // Not suspended yet, on purpose: libmicrohttpd suspends a connection with the event it last
