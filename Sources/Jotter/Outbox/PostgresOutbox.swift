@@ -216,16 +216,7 @@ public final class PostgresOutbox: MessageOutbox {
     public func transition(id: String, durable: Bool,
                            _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
         -> DeliveryLifecycle? {
-        try pool.transaction(serializable: false) { connection in
-            guard let row = try connection.execute(
-                "SELECT \(Self.lifecycleColumns) FROM jotter_messages WHERE id = $1 FOR UPDATE", [.text(id)]).first else {
-                return nil
-            }
-            var lifecycle = Self.lifecycle(row, from: 0)
-            try decide(&lifecycle)
-            try Self.persist(lifecycle, id: id, in: connection)
-            return lifecycle
-        }
+        try pool.transaction(serializable: false) { try Self.apply(decide, to: id, in: $0) }
     }
 
     @discardableResult
@@ -235,17 +226,29 @@ public final class PostgresOutbox: MessageOutbox {
         try pool.transaction(serializable: false) { connection in
             var changed: [String: DeliveryLifecycle] = [:]
             for id in ids {
-                guard let row = try connection.execute(
-                    "SELECT \(Self.lifecycleColumns) FROM jotter_messages WHERE id = $1 FOR UPDATE", [.text(id)]).first else {
-                    continue
+                do {
+                    if let after = try Self.apply(decide, to: id, in: connection) { changed[id] = after }
+                } catch is DeliveryLifecycle.Refusal {
+                    continue  // this message moved on; the others are still recorded
                 }
-                var lifecycle = Self.lifecycle(row, from: 0)
-                guard (try? decide(&lifecycle)) != nil else { continue }
-                try Self.persist(lifecycle, id: id, in: connection)
-                changed[id] = lifecycle
             }
             return changed
         }
+    }
+
+    /// Reads message `id`'s lifecycle (locking its row), applies `decide` and persists the result, in the
+    /// caller's transaction. nil when there is no such message; rethrows the lifecycle's refusal
+    /// (nothing is written then).
+    private static func apply(_ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void,
+                              to id: String, in connection: PostgresConnection) throws -> DeliveryLifecycle? {
+        guard let row = try connection.execute(
+            "SELECT \(lifecycleColumns) FROM jotter_messages WHERE id = $1 FOR UPDATE", [.text(id)]).first else {
+            return nil
+        }
+        var lifecycle = lifecycle(row, from: 0)
+        try decide(&lifecycle)
+        try persist(lifecycle, id: id, in: connection)
+        return lifecycle
     }
 
     /// Applies `decide` to every message in `statuses` (that `matching` accepts, at most `limit`),
