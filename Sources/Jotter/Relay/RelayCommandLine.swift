@@ -260,33 +260,35 @@ public enum RelayInviteCommand {
     /// Issues an invite; returns the text to print.
     public static func run(dataDirectory: String, store location: RelayConfiguration.StoreLocation = .sqlite,
                            credentialsDirectory: String? = nil) throws -> String {
-        let directory = (database: DataDirectory.databasePath(in: dataDirectory), key: DataDirectory.keyPath(in: dataDirectory))
+        let database = DataDirectory.databasePath(in: dataDirectory), keyPath = DataDirectory.keyPath(in: dataDirectory)
         let credential = credentialsDirectory.map { $0 + "/jotter.key" }
-        let configuration = RelayConfiguration(dataDirectory: dataDirectory)
-        let service: RelayService
+        switch location {
+        case .sqlite where access(database, F_OK) != 0:
+            throw CommandLineOptions.UsageError(
+                description: "no Jotter relay data in \(dataDirectory): start 'jotter relay' once (see --data-dir)")
+        case .postgres where access(keyPath, F_OK) != 0 && credential == nil:
+            throw CommandLineOptions.UsageError(
+                description: "no relay key in \(dataDirectory): give the --data-dir of a relay node (or copy its key)")
+        default:
+            break
+        }
+        let key = try KeyStore.load(path: keyPath, credentialPath: credential, protecting: database)
+        let outbox: any MessageOutbox, store: any RelayStore
         switch location {
         case .sqlite:
-            guard access(directory.database, F_OK) == 0 else {
-                throw CommandLineOptions.UsageError(
-                    description: "no Jotter relay data in \(dataDirectory): start 'jotter relay' once (see --data-dir)")
-            }
-            let key = try KeyStore.load(path: directory.key, credentialPath: credential, protecting: directory.database)
-            let outbox = try Outbox(path: directory.database, key: key)
-            defer { outbox.close() }
-            service = try RelayService(store: try SQLiteRelayStore(database: outbox.database), outbox: outbox,
-                                       configuration: configuration)
-            return try text(service.issueInvite())
+            let sqlite = try Outbox(path: database, key: key)
+            outbox = sqlite
+            store = try SQLiteRelayStore(database: sqlite.database)
         case .postgres(let url):
-            guard access(directory.key, F_OK) == 0 || credential != nil else {
-                throw CommandLineOptions.UsageError(
-                    description: "no relay key in \(dataDirectory): give the --data-dir of a relay node (or copy its key)")
-            }
-            let key = try KeyStore.load(path: directory.key, credentialPath: credential, protecting: directory.database)
-            let outbox = try PostgresOutbox(url: url, key: key, keyPath: directory.key, listening: false)
-            service = try RelayService(store: try PostgresRelayStore(url: url), outbox: outbox,
-                                       configuration: configuration)
-            return try text(service.issueInvite())
+            store = try PostgresRelayStore(url: url)
+            outbox = try PostgresOutbox(url: url, key: key, keyPath: keyPath, listening: false)
         }
+        defer {
+            outbox.close()
+            store.close()
+        }
+        let service = try RelayService(store: store, outbox: outbox, configuration: RelayConfiguration(dataDirectory: dataDirectory))
+        return text(try service.issueInvite())
     }
 
     private static func text(_ invite: (invite: String, expiresAt: Int64)) -> String {
