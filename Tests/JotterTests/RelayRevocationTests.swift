@@ -5,18 +5,42 @@ import Testing
 /// A device forgets an address it no longer reads, and a lost composer is revoked: on both stores.
 /// Nothing accepted before is lost either way.
 @Suite(.holdingSharedPostgres) struct RelayRevocationTests {
-    @Test(arguments: RelayStoreKind.available)
-    func aForgottenAddressNeedsVerifyingAgainAndOthersAreUntouched(store kind: RelayStoreKind) throws {
-        let store = try RelayTestStore(kind)
-        defer { store.release() }
+    /// A relay on manual time with two devices that both verified me@example.com.
+    private final class Fixture {
+        let store: RelayTestStore
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler()
-        let relay = try store.relay(in: directory, scheduler: scheduler) { _ in }
-        defer { relay.stop() }
-        let device = try relay.register(), other = try relay.register()
-        try relay.verify(device.secret, "me@example.com")
-        scheduler.clock.advance(milliseconds: 61_000)  // an address's next code waits a minute
-        try relay.verify(other.secret, "me@example.com")
+        let relay: RelayServer
+        let device: (id: String, secret: String)
+        let other: (id: String, secret: String)
+
+        init(_ kind: RelayStoreKind) throws {
+            store = try RelayTestStore(kind)
+            relay = try store.relay(in: directory, scheduler: scheduler) { _ in }
+            do {
+                device = try relay.register()
+                other = try relay.register()
+                try relay.verify(device.secret, "me@example.com")
+                scheduler.clock.advance(milliseconds: 61_000)  // an address's next code waits a minute
+                try relay.verify(other.secret, "me@example.com")
+            } catch {
+                relay.stop()
+                store.release()
+                throw error
+            }
+        }
+
+        func stop() {
+            relay.stop()
+            store.release()
+        }
+    }
+
+    @Test(arguments: RelayStoreKind.available)
+    func aForgottenAddressNeedsVerifyingAgainAndOthersAreUntouched(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
+        defer { fixture.stop() }
+        let relay = fixture.relay, device = fixture.device, other = fixture.other
         #expect(try relay.send(device.secret, to: "me@example.com", body: "before").status == 202)
 
         let removed = try relay.json("DELETE", "/v1/destinations/ME@example.com", secret: device.secret)
@@ -34,23 +58,16 @@ import Testing
             let bodies = ((try? relay.mails(to: "me@example.com")) ?? []).map { $0.message["body"] }
             return bodies.contains { RelayServer.sameBody($0, "before") } && bodies.contains { RelayServer.sameBody($0, "another device's") }
         }, "what was accepted is delivered")
-        scheduler.clock.advance(milliseconds: 61_000)
+        fixture.scheduler.clock.advance(milliseconds: 61_000)
         try relay.verify(device.secret, "me@example.com")
         #expect(try relay.send(device.secret, to: "me@example.com", body: "again").status == 202)
     }
 
     @Test(arguments: RelayStoreKind.available)
     func aRevokedDeviceIsRefusedAndItsMessagesStillGoOut(store kind: RelayStoreKind) throws {
-        let store = try RelayTestStore(kind)
-        defer { store.release() }
-        let directory = TemporaryDirectory()
-        let scheduler = ManualScheduler()
-        let relay = try store.relay(in: directory, scheduler: scheduler) { _ in }
-        defer { relay.stop() }
-        let device = try relay.register(), other = try relay.register()
-        try relay.verify(device.secret, "me@example.com")
-        scheduler.clock.advance(milliseconds: 61_000)  // an address's next code waits a minute
-        try relay.verify(other.secret, "me@example.com")
+        let fixture = try Fixture(kind)
+        defer { fixture.stop() }
+        let relay = fixture.relay, device = fixture.device, other = fixture.other
         let sent = try relay.send(device.secret, to: "me@example.com", body: "sent before the revocation")
         let id = try #require((sent.json as? [String: Any])?["id"] as? String)
 
