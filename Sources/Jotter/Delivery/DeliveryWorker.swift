@@ -80,6 +80,12 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// Renews the leases of `sending` while other processes share the queue (`leasesAreShared`).
     private var renewal: (any SchedulerTimer)?
     private let wakePending = Atomic<Bool>(false)
+    /// Whether a wake-up needs a pump (`Coverage`): set by `control` at the end of each pump, read by
+    /// `wake()` on the committing thread, so that a stream of accepts does not wake the control queue
+    /// (and re-arm its timer) once per memo when a pump is coming anyway.
+    private let coverage = Atomic<Int>(Coverage.idle.rawValue)
+    /// When the first memo arrived while every slot was busy (0: none since the last pump).
+    private let arrivedWhileBusy = Atomic<Int64>(0)
     /// When a wake-up first found the worker gathering a batch (nil: not gathering).
     private var gatheringSince: Int64?
     /// The last claim filled every batch: memos are waiting, no need to wait for more.
@@ -127,8 +133,30 @@ public final class DeliveryWorker: @unchecked Sendable {
         wake()
     }
 
+    /// What a new memo's wake-up needs, as the last pump left it.
+    private enum Coverage: Int {
+        /// Nothing is coming: pump.
+        case idle
+        /// Every slot is sending, and a finishing send pumps: only note that memos came meanwhile.
+        case slotsBusy
+        /// A pump is already armed (a batch's window, an offline probe) and will claim what is due.
+        case pumpArmed
+    }
+
     /// Something may be due: look now.
+    ///
+    /// A memo committed before this call is seen by any pump that starts after it, and every pump
+    /// starts by clearing `coverage`: so when `coverage` says a pump is coming, that pump claims it.
     public func wake() {
+        switch Coverage(rawValue: coverage.load(ordering: .acquiring)) {
+        case .slotsBusy:
+            _ = arrivedWhileBusy.compareExchange(expected: 0, desired: clock.nowMilliseconds(), ordering: .relaxed)
+            return
+        case .pumpArmed:
+            return
+        case .idle, nil:
+            break
+        }
         // Many enqueues wake the worker at once: one pending pump serves them all.
         guard !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         control.async {
@@ -166,10 +194,14 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     private func pump() {
         dispatchPrecondition(condition: .onQueue(control))
+        coverage.store(Coverage.idle.rawValue, ordering: .releasing)
         guard !stopped else { return }
         let now = clock.nowMilliseconds()
+        let arrived = arrivedWhileBusy.exchange(0, ordering: .relaxed)
+        if arrived != 0, gatheringSince == nil { gatheringSince = arrived }  // a stream: gather the next batch
         if offline {
             probeIfDue(now: now)
+            coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
             return
         }
         if !recordPendingOutcomes() {
@@ -187,6 +219,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             let left = since + configuration.batchWindowMilliseconds - now
             if left > 0, let due = try? outbox.nextDueAt(), due <= now {
                 timer?.arm(afterMilliseconds: left)
+                coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
                 return
             }
         }
@@ -209,6 +242,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             warnAboutStuckMemos(now: now)
         }
         scheduleTimer(now: now)
+        if inFlight >= slotCount { coverage.store(Coverage.slotsBusy.rawValue, ordering: .releasing) }
     }
 
     /// How many memos one send takes: a batching transport's limit once the relay has accepted a memo.
