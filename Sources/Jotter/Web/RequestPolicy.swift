@@ -137,8 +137,10 @@ public final class RequestPolicy: Sendable {
     }
 
     private func crossOriginRefusal(_ request: HTTPRequest, host: String) -> HTTPResponse? {
-        let refused = HTTPResponse.error(403, code: "cross_origin",
-                                         message: "Requests from other sites are refused.")
+        // Built only when refusing: it is a JSON body and headers, per request otherwise.
+        var refused: HTTPResponse {
+            HTTPResponse.error(403, code: "cross_origin", message: "Requests from other sites are refused.")
+        }
         if let site = request.headers["Sec-Fetch-Site"]?.lowercased(), site == "cross-site" || site == "same-site" {
             return refused
         }
