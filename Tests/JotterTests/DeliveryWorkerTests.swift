@@ -87,6 +87,47 @@ import Testing
         #expect(fixture.transport.batches == [5])
     }
 
+    /// A stream of memos accepted while the one slot is sending: each wake-up finds a pump already
+    /// coming (the finishing send's), so the worker is not woken, and its timer not re-armed, once per
+    /// memo; the stream still goes out, in the next batches.
+    @Test func memosAcceptedWhileEverySlotIsSendingDoNotWakeTheWorkerEachTime() async throws {
+        let fixture = try Fixture(.block, batchLimit: 8, maximumWait: 600)
+        defer { fixture.stop() }
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "in the slot")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        #expect(fixture.waitForDeadline(fixture.now + 60_000), "the pump that sent it is done")
+        let before = fixture.scheduler.arms
+        var stream: [String] = []
+        for index in 0..<40 { stream.append(try await fixture.outbox.enqueue(MemoDraft(body: "stream \(index)")).id) }
+        let duringTheSend = fixture.scheduler.arms - before
+        fixture.transport.release()
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([first] + stream).allSatisfy { (try? fixture.record($0))??.status == .sent }
+        })
+        #expect(duringTheSend == 0, "the timer was re-armed \(duringTheSend) times while 40 memos came")
+        #expect(fixture.transport.batches == [8, 8, 8, 8, 8], "\(fixture.transport.batches)")
+        #expect(fixture.transport.messages.count == 41, "each memo sent once")
+    }
+
+    /// The relay is unreachable: memos accepted meanwhile wait for the probe, which is not re-armed
+    /// for each of them, and go out once it finds the relay again.
+    @Test func memosAcceptedWhileTheRelayIsOfflineWaitForTheProbeWithoutWakingTheWorker() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.unreachable, permanent: false)), maximumWait: 600)
+        defer { fixture.stop() }
+        let probeEvery = DeliveryWorker.Configuration().offlineProbeMilliseconds
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "finds the relay down")).id
+        #expect(fixture.waitForDeadline(fixture.now + probeEvery), "offline, the next probe armed")
+        let before = fixture.scheduler.arms
+        var waiting: [String] = []
+        for index in 0..<20 { waiting.append(try await fixture.outbox.enqueue(MemoDraft(body: "offline \(index)")).id) }
+        #expect(fixture.scheduler.arms == before, "the probe timer was re-armed for memos it will find anyway")
+        fixture.transport.release()
+        fixture.scheduler.advance(milliseconds: probeEvery)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([first] + waiting).allSatisfy { (try? fixture.record($0))??.status == .sent }
+        }, "\(([first] + waiting).map { ((try? fixture.record($0)) ?? nil).map { "\($0.status)" } ?? "-" })")
+    }
+
     /// Memos are due but every slot is busy (the first send, before the relay has accepted any): the
     /// worker waits for the send to finish, instead of re-arming its timer every millisecond.
     @Test(arguments: [1, 8])

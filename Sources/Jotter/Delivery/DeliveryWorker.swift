@@ -200,8 +200,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         let arrived = arrivedWhileBusy.exchange(0, ordering: .relaxed)
         if arrived != 0, gatheringSince == nil { gatheringSince = arrived }  // a stream: gather the next batch
         if offline {
-            probeIfDue(now: now)
             coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
+            probeIfDue(now: now)
             return
         }
         if !recordPendingOutcomes() {
@@ -218,8 +218,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             // Something is due, and company may still come: wait for the window's end.
             let left = since + configuration.batchWindowMilliseconds - now
             if left > 0, let due = try? outbox.nextDueAt(), due <= now {
-                timer?.arm(afterMilliseconds: left)
                 coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
+                timer?.arm(afterMilliseconds: left)
                 return
             }
         }
@@ -241,8 +241,9 @@ public final class DeliveryWorker: @unchecked Sendable {
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
             warnAboutStuckMemos(now: now)
         }
-        scheduleTimer(now: now)
+        // Before the timer: whoever sees the timer armed sees this too.
         if inFlight >= slotCount { coverage.store(Coverage.slotsBusy.rawValue, ordering: .releasing) }
+        scheduleTimer(now: now)
     }
 
     /// How many memos one send takes: a batching transport's limit once the relay has accepted a memo.

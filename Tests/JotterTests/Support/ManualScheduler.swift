@@ -8,13 +8,18 @@ import Synchronization
 final class ManualScheduler: Scheduler {
     let clock: ManualClock
     private let timers = Mutex<[ManualTimer]>([])
+    /// How many times any timer was armed: what a wake-up that found nothing new to do still costs.
+    var arms: Int { armCount.withLock { $0 } }
+    private let armCount = Mutex<Int>(0)
 
     init(clock: ManualClock = ManualClock()) {
         self.clock = clock
     }
 
     func makeTimer(queue: DispatchQueue, handler: @escaping @Sendable () -> Void) -> any SchedulerTimer {
-        let timer = ManualTimer(queue: queue, handler: handler, clock: clock)
+        let timer = ManualTimer(queue: queue, handler: handler, clock: clock) { [weak self] in
+            self?.armCount.withLock { $0 += 1 }
+        }
         timers.withLock { $0.append(timer) }
         return timer
     }
@@ -37,18 +42,22 @@ final class ManualTimer: SchedulerTimer {
     private let queue: DispatchQueue
     private let handler: @Sendable () -> Void
     private let clock: ManualClock
+    private let onArm: @Sendable () -> Void
     private let state = Mutex<(deadline: Int64?, cancelled: Bool)>((nil, false))
 
-    init(queue: DispatchQueue, handler: @escaping @Sendable () -> Void, clock: ManualClock) {
+    init(queue: DispatchQueue, handler: @escaping @Sendable () -> Void, clock: ManualClock,
+         onArm: @escaping @Sendable () -> Void) {
         self.queue = queue
         self.handler = handler
         self.clock = clock
+        self.onArm = onArm
     }
 
     var deadline: Int64? { state.withLock { $0.cancelled ? nil : $0.deadline } }
 
     func arm(afterMilliseconds milliseconds: Int64) {
         let now = clock.nowMilliseconds()
+        onArm()
         state.withLock { $0.deadline = now + max(milliseconds, 0) }
         // A deadline already reached fires as a real timer would: at once.
         if milliseconds <= 0 { fireIfDue(now: now) }
