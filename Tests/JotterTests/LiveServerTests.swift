@@ -109,6 +109,11 @@ import Testing
                     "\(what): CSP names an origin: \(policy)", sourceLocation: sourceLocation)
             #expect(!policy.contains("*"), "\(what): CSP has a wildcard: \(policy)", sourceLocation: sourceLocation)
         }
+        for name in ["Cache-Control", "X-Content-Type-Options", "Referrer-Policy", "Content-Security-Policy"] {
+            // Once: a response built ahead (the page) is not finished a second time per request.
+            #expect(response.headers(name).count == 1, "\(what): \(name) \(response.headers(name).count) times",
+                    sourceLocation: sourceLocation)
+        }
         #expect(response.headers("Set-Cookie").isEmpty, "\(what) sets a cookie", sourceLocation: sourceLocation)
         #expect(!response.headers.contains { $0.name.lowercased().hasPrefix("access-control-") },
                 "\(what) has a CORS header", sourceLocation: sourceLocation)
@@ -579,6 +584,17 @@ import Testing
         #expect(head.header("Content-Type") == get.header("Content-Type"))
         #expect(head.header("Content-Security-Policy") == get.header("Content-Security-Policy"))
         Self.expectSecurityHeaders(head, "HEAD /")
+        // Each variant of the page is built once, at start: asked for again, plain or compressed, it
+        // comes with the same headers, each of them once.
+        for round in 1...2 {
+            let plain = try server.request("GET", "/")
+            let compressed = try server.request("GET", "/", headers: [("Accept-Encoding", "gzip")])
+            #expect(compressed.header("Content-Encoding") == "gzip")
+            #expect(plain.header("Content-Encoding") == nil)
+            Self.expectSecurityHeaders(plain, "GET / (\(round))")
+            Self.expectSecurityHeaders(compressed, "GET / gzip (\(round))")
+            #expect(plain.body == get.body)
+        }
     }
 
     @Test func pageFocusesTheTextareaAndAllowsOnlyItsOwnInlineCode() throws {

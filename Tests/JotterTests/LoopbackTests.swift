@@ -40,4 +40,18 @@ import Testing
             #expect(!policy.isAllowed(host: host), "\(host)")
         }
     }
+
+    /// Allowed values are remembered, for their port only: after the port changes (a restart on
+    /// another port in the same process), the old `Host` is refused, the new one allowed.
+    @Test func anAllowedHostIsRememberedOnlyForItsPort() {
+        let policy = RequestPolicy()
+        policy.setPort(7373)
+        #expect(policy.isAllowed(host: "localhost:7373"))
+        #expect(policy.isAllowed(host: "localhost:7373"), "asked again")
+        #expect(!policy.isAllowed(host: "localhost:7374"))
+        policy.setPort(7374)
+        #expect(!policy.isAllowed(host: "localhost:7373"), "the port it was allowed on is no longer ours")
+        #expect(policy.isAllowed(host: "localhost:7374"))
+        #expect(!policy.isAllowed(host: "evil.example:7374"))
+    }
 }

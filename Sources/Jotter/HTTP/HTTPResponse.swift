@@ -12,6 +12,8 @@ public struct HTTPResponse: Sendable {
     public var route: String?
     /// Set only on a response that is identical every time (see `ReusableResponse`).
     public var reusable: ReusableResponse?
+    /// `Router.finish` has added its headers (a response built once, ahead, is not finished again).
+    var finished = false
 
     /// Creates a response.
     public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = [], messageID: String? = nil) {

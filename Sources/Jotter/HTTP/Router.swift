@@ -86,7 +86,9 @@ public struct Router: Sendable {
 
     /// `no-store` (a memo must never sit in a cache), `nosniff`, `no-referrer`, a CSP, and no cookie ever.
     static func finish(_ response: HTTPResponse, policy: String) -> HTTPResponse {
+        if response.finished { return response }
         var response = response
+        response.finished = true
         response.headers.add(name: "Cache-Control", value: "no-store")
         response.headers.add(name: "X-Content-Type-Options", value: "nosniff")
         response.headers.add(name: "Referrer-Policy", value: "no-referrer")

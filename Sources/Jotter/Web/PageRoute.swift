@@ -23,9 +23,10 @@ struct PageRoute: Sendable {
     let pages: [String: [UInt8]]
     /// The same pages gzip-compressed (about a third of the size: the shell stays one small request).
     let compressedPages: [String: [UInt8]]
-    let reusable: [String: ReusableResponse]
-    let reusableCompressed: [String: ReusableResponse]
     let contentSecurityPolicy: String
+    /// Each language's answer, plain and gzip-compressed: headers, body and the built libmicrohttpd
+    /// response, made once (a request only picks one).
+    private let responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)]
 
     /// LAN mode: the page asks for client hints, so a phone's device name can say "Android — Pixel 8".
     let lan: Bool
@@ -57,8 +58,6 @@ struct PageRoute: Sendable {
         }
         self.pages = pages
         compressedPages = pages.compactMapValues { Gzip.compress($0) }
-        reusable = pages.mapValues { _ in ReusableResponse() }
-        reusableCompressed = compressedPages.mapValues { _ in ReusableResponse() }
         let scripts = Self.elementContents(tag: "script", in: template).map(Self.hashSource)
         let styles = Self.elementContents(tag: "style", in: template).map(Self.hashSource)
         contentSecurityPolicy = [
@@ -72,33 +71,42 @@ struct PageRoute: Sendable {
             "base-uri 'none'",
             "frame-ancestors 'none'",
         ].joined(separator: "; ")
+        var responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)] = [:]
+        for (tag, page) in pages {
+            var headers: HTTPHeaders = [
+                "Content-Type": "text/html; charset=utf-8",
+                "Content-Language": tag,
+                "Vary": "Accept-Language, Accept-Encoding",
+                "Content-Security-Policy": contentSecurityPolicy,
+            ]
+            if lan { headers.add(name: "Accept-CH", value: "Sec-CH-UA-Model, Sec-CH-UA-Platform") }
+            var plain = HTTPResponse(status: 200, headers: headers, body: page)
+            plain.reusable = ReusableResponse()
+            var compressed: HTTPResponse?
+            if let bytes = compressedPages[tag] {
+                headers.add(name: "Content-Encoding", value: "gzip")
+                compressed = HTTPResponse(status: 200, headers: headers, body: bytes)
+                compressed?.reusable = ReusableResponse()
+            }
+            responses[tag] = (Router.finish(plain), compressed.map { Router.finish($0) })
+        }
+        self.responses = responses
     }
 
     /// Where five stars send a happy user.
     static let defaultProjectURL = "/about"
 
     func handle(_ request: HTTPRequest) -> HTTPResponse {
-        var tag = localization.negotiate(query: request.queryValue("lang"),
+        let tag = localization.negotiate(query: request.queryValue("lang"),
                                          acceptLanguage: request.headers["Accept-Language"])
-        if pages[tag] == nil { tag = Localization.fallback }
-        var headers: HTTPHeaders = [
-            "Content-Type": "text/html; charset=utf-8",
-            "Content-Language": tag,
-            "Vary": "Accept-Language, Accept-Encoding",
-            "Content-Security-Policy": contentSecurityPolicy,
-        ]
-        if lan { headers.add(name: "Accept-CH", value: "Sec-CH-UA-Model, Sec-CH-UA-Platform") }
-        // Same language and encoding, same bytes and headers (the router adds only constant ones): each
-        // variant's response is built once.
-        if Self.acceptsGzip(request.headers["Accept-Encoding"]), let compressed = compressedPages[tag] {
-            headers.add(name: "Content-Encoding", value: "gzip")
-            var response = HTTPResponse(status: 200, headers: headers, body: compressed)
-            response.reusable = reusableCompressed[tag]
-            return response
+        // Same language and encoding, same bytes and headers: each variant was built once, at start.
+        guard let variant = responses[tag] ?? responses[Localization.fallback] else {
+            return .error(500, code: "no_page", message: "The page is not available.")
         }
-        var response = HTTPResponse(status: 200, headers: headers, body: pages[tag] ?? [])
-        response.reusable = reusable[tag]
-        return response
+        if let compressed = variant.compressed, Self.acceptsGzip(request.headers["Accept-Encoding"]) {
+            return compressed
+        }
+        return variant.plain
     }
 
     /// True when `Accept-Encoding` lists gzip (or `*`) without `q=0`.

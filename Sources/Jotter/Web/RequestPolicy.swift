@@ -17,6 +17,10 @@ public final class RequestPolicy: Sendable {
     let failedAttempts: RateLimiter
     /// Whether loopback peers skip the token check in LAN mode.
     let trustsLoopback: Bool
+    /// `Host` values already allowed, exactly as sent, for the port they were allowed on: every request
+    /// of a client sends the same one, and this spares parsing it each time. Only allowed values get in,
+    /// and there are few of those (our names and addresses, with and without the port).
+    private let allowedHosts = Mutex<(port: Int, values: Set<String>)>((0, []))
 
     /// A policy allowing loopback names and literals, `boundAddresses` and `configuredHosts` on our port;
     /// with `devices`, every non-static request from off this machine needs a device token.
@@ -156,6 +160,16 @@ public final class RequestPolicy: Sendable {
     /// is a loopback name or literal, a bound address, or a configured name.
     func isAllowed(host value: String) -> Bool {
         let ourPort = port.load(ordering: .acquiring)
+        if allowedHosts.withLock({ $0.port == ourPort && $0.values.contains(value) }) { return true }
+        guard parseAllowed(host: value, ourPort: ourPort) else { return false }
+        allowedHosts.withLock { cache in
+            if cache.port != ourPort || cache.values.count >= 64 { cache = (ourPort, []) }
+            cache.values.insert(value)
+        }
+        return true
+    }
+
+    private func parseAllowed(host value: String, ourPort: Int) -> Bool {
         var name: Substring
         var portText: Substring?
         if value.hasPrefix("[") {
