@@ -75,12 +75,13 @@ public final class Database {
         (try statement("PRAGMA \(name)").firstRow { $0.text(0) }) ?? nil
     }
 
-    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws.
+    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws. BEGIN and COMMIT are
+    /// prepared once (`sqlite3_exec` would parse them again for every transaction).
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+        try run("BEGIN IMMEDIATE")
         do {
             let result = try body(self)
-            try execute("COMMIT")
+            try run("COMMIT")
             return result
         } catch {
             try? execute("ROLLBACK")
@@ -90,8 +91,8 @@ public final class Database {
 
     /// Runs `body` inside a read transaction, so it sees one consistent snapshot.
     public func read<T>(_ body: (Database) throws -> T) throws -> T {
-        try execute("BEGIN")
-        defer { try? execute("COMMIT") }
+        try run("BEGIN")
+        defer { try? run("COMMIT") }
         return try body(self)
     }
 }

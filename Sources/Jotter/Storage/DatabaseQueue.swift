@@ -74,8 +74,8 @@ public final class DatabaseQueue: @unchecked Sendable {
     public func transaction<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
         if durable { return try writer.write(body) }
-        try writer.execute("PRAGMA synchronous = NORMAL")
-        defer { try? writer.execute("PRAGMA synchronous = FULL") }
+        try writer.run("PRAGMA synchronous = NORMAL")
+        defer { try? writer.run("PRAGMA synchronous = FULL") }
         return try writer.write(body)
     }
 

@@ -66,8 +66,8 @@ public final class Statement {
     /// Runs the statement to completion with `values` bound.
     public func execute(_ values: [DatabaseValue] = []) throws {
         try bind(values)
+        defer { sqlite3_reset(handle) }  // also after an error (a COMMIT refused as busy, say)
         while try step() {}
-        sqlite3_reset(handle)
     }
 
     /// Runs the statement and maps each row.
