@@ -86,11 +86,20 @@ public final class HTTPServer: Sendable {
     /// The port actually bound (differs from the configuration's when that was 0).
     public var port: Int { boundPort.load(ordering: .acquiring) }
 
-    /// The running daemon, the socket it listens on, and the timer that enforces deadlines.
+    /// The running daemon, the socket it listens on, the thread accepting there, and the timer that
+    /// enforces deadlines.
     private struct Listening: Sendable {
         var daemon: Daemon?
         var descriptor: Int32 = -1
+        var acceptor: Acceptor?
         var sweeper: Sweeper?
+    }
+
+    /// The thread that accepts connections and hands them to the daemon's workers (`jotter_acceptor`).
+    ///
+    /// `@unchecked Sendable`: only `stop` (or `deinit`) uses it, after taking it out of `listening`.
+    private struct Acceptor: @unchecked Sendable {
+        let pointer: UnsafeMutablePointer<jotter_acceptor>
     }
 
     /// The sweeper's timer.
@@ -124,6 +133,7 @@ public final class HTTPServer: Sendable {
     deinit {
         listening.withLock { state in
             state.sweeper?.timer.cancel()
+            if let acceptor = state.acceptor { jotter_acceptor_stop(acceptor.pointer) }
             if let daemon = state.daemon { MHD_stop_daemon(daemon.pointer) }
             if state.descriptor >= 0 { close(state.descriptor) }
         }
@@ -134,9 +144,9 @@ public final class HTTPServer: Sendable {
         let fd = try Self.listen(host: configuration.host, port: configuration.port)
         boundPort.store(Self.boundPort(fd), ordering: .releasing)
         var limits = jotter_mhd_config(
+            // ITC: a connection handed over by the acceptor wakes its worker at once.
             flags: MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
                 | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ITC.rawValue,
-            listen_fd: fd,
             thread_pool_size: UInt32(max(configuration.threads, 1)),
             // The registry enforces the real limits; libmicrohttpd's, split between its threads, only
             // backs them up, with room for connections closed but not yet cleaned up.
@@ -163,9 +173,16 @@ public final class HTTPServer: Sendable {
             close(fd)
             throw StartError.daemon
         }
+        guard let accepting = jotter_acceptor_start(fd, started) else {
+            MHD_stop_daemon(started)
+            close(fd)
+            throw StartError.daemon
+        }
         let daemon = Daemon(pointer: started)
         let sweeper = Sweeper(timer: startSweeper())
-        listening.withLock { $0 = Listening(daemon: daemon, descriptor: fd, sweeper: sweeper) }
+        listening.withLock {
+            $0 = Listening(daemon: daemon, descriptor: fd, acceptor: Acceptor(pointer: accepting), sweeper: sweeper)
+        }
     }
 
     /// Stops accepting, waits up to `drainTimeout` seconds for requests in flight, then stops.
@@ -175,7 +192,8 @@ public final class HTTPServer: Sendable {
             return state
         }
         guard let daemon = taken.daemon else { return }
-        _ = MHD_quiesce_daemon(daemon.pointer)
+        // No new connections; those open finish their requests.
+        if let acceptor = taken.acceptor { jotter_acceptor_stop(acceptor.pointer) }
         let deadline = monotonicNanoseconds() + UInt64(drainTimeout * 1e9)
         while activeRequests.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < deadline {
             usleep(5_000)
