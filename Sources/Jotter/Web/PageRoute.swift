@@ -20,12 +20,10 @@ struct PageRoute: Sendable {
     }
 
     let localization: Localization
-    let pages: [String: [UInt8]]
-    /// The same pages gzip-compressed (about a third of the size: the shell stays one small request).
-    let compressedPages: [String: [UInt8]]
     let contentSecurityPolicy: String
-    /// Each language's answer, plain and gzip-compressed: headers, body and the built libmicrohttpd
-    /// response, made once (a request only picks one).
+    /// Each language's answer, plain and gzip-compressed (about a third of the size: the shell stays one
+    /// small request): headers, body and the built libmicrohttpd response, made once (a request only
+    /// picks one).
     private let responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)]
 
     /// LAN mode: the page asks for client hints, so a phone's device name can say "Android — Pixel 8".
@@ -46,18 +44,6 @@ struct PageRoute: Sendable {
          lan: Bool = false) {
         self.localization = localization
         self.lan = lan
-        var pages: [String: [UInt8]] = [:]
-        let english = localization.strings[Localization.fallback] ?? [:]
-        for tag in localization.available {
-            var values = english.merging(localization.strings[tag] ?? [:]) { $1 }
-            values["lang"] = tag
-            values["dir"] = Localization.rightToLeft.contains(tag) ? "rtl" : "ltr"
-            values["projectURL"] = projectURL
-            values["mode"] = lan ? "lan" : "local"
-            pages[tag] = Array(Self.render(template, values: values).utf8)
-        }
-        self.pages = pages
-        compressedPages = pages.compactMapValues { Gzip.compress($0) }
         let scripts = Self.elementContents(tag: "script", in: template).map(Self.hashSource)
         let styles = Self.elementContents(tag: "style", in: template).map(Self.hashSource)
         contentSecurityPolicy = [
@@ -72,7 +58,14 @@ struct PageRoute: Sendable {
             "frame-ancestors 'none'",
         ].joined(separator: "; ")
         var responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)] = [:]
-        for (tag, page) in pages {
+        let english = localization.strings[Localization.fallback] ?? [:]
+        for tag in localization.available {
+            var values = english.merging(localization.strings[tag] ?? [:]) { $1 }
+            values["lang"] = tag
+            values["dir"] = Localization.rightToLeft.contains(tag) ? "rtl" : "ltr"
+            values["projectURL"] = projectURL
+            values["mode"] = lan ? "lan" : "local"
+            let page = Array(Self.render(template, values: values).utf8)
             var headers: HTTPHeaders = [
                 "Content-Type": "text/html; charset=utf-8",
                 "Content-Language": tag,
@@ -83,7 +76,7 @@ struct PageRoute: Sendable {
             var plain = HTTPResponse(status: 200, headers: headers, body: page)
             plain.reusable = ReusableResponse()
             var compressed: HTTPResponse?
-            if let bytes = compressedPages[tag] {
+            if let bytes = Gzip.compress(page) {
                 headers.add(name: "Content-Encoding", value: "gzip")
                 compressed = HTTPResponse(status: 200, headers: headers, body: bytes)
                 compressed?.reusable = ReusableResponse()
