@@ -258,6 +258,43 @@ enum Evidence {
         #expect(try outbox.history.record(id: id)?.subject == nil)
     }
 
+    @Test func everySealedFieldHasANonceOfItsOwn() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        var nonces = Set<[UInt8]>()
+        var ids = Set<String>()
+        for index in 0..<50 {
+            let id = try await outbox.enqueue(MemoDraft(subject: "same subject", body: "memo \(index % 2)")).id
+            ids.insert(id)
+            for column in ["sealed_payload", "sealed_subject"] {
+                let sealed = try #require(try StoredRows.blob(column, id: id, path: fixture.path))
+                nonces.insert(Array(sealed.prefix(12)))
+            }
+            #expect(Array(id)[14] == "4", "version 4: \(id)")
+        }
+        // The id and both nonces come from one draw: no two of the 100 nonces, nor two ids, are alike.
+        #expect(ids.count == 50)
+        #expect(nonces.count == 100)
+        #expect(try outbox.history.latest(limit: 50).allSatisfy { $0.subject == "same subject" })
+    }
+
+    @Test func onlyAMemoWithAKeyStoresAPayloadHash() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        // Without a key nothing can replay the memo, so no hash of its content is kept at all.
+        let plain = try await outbox.enqueue(MemoDraft(body: "no key")).id
+        let keyed = try await outbox.enqueue(MemoDraft(body: "with key", idempotencyKey: "hash-me")).id
+        #expect(try StoredRows.blob("payload_hash", id: plain, path: fixture.path) == [])
+        #expect(try StoredRows.blob("idempotency_hash", id: plain, path: fixture.path) == nil)
+        #expect(try StoredRows.blob("payload_hash", id: keyed, path: fixture.path)?.count == 32)
+        #expect(try StoredRows.blob("idempotency_hash", id: keyed, path: fixture.path)?.count == 32)
+        // Another keyless memo with the same text is a memo of its own.
+        let again = try await outbox.enqueue(MemoDraft(body: "no key"))
+        #expect(again == .accepted(id: again.id) && again.id != plain)
+    }
+
     // MARK: Idempotency
 
     @Test func sameKeyAndPayloadIsReplayedWithoutANewRow() async throws {
@@ -570,6 +607,20 @@ enum Evidence {
         let second = try AESGCM.seal(Array("same".utf8), using: key)
         #expect(first.combined.prefix(12) != second.combined.prefix(12))
         #expect(first.combined != second.combined)
+    }
+
+    @Test func aNonceOfAnyOtherLengthIsRefused() throws {
+        let key = try SymmetricKey.random()
+        for count in [0, 11, 13, 16] {
+            #expect(throws: CryptoError.sealFailed) {
+                try AESGCM.seal(Array("memo".utf8), using: key, nonce: [UInt8](repeating: 7, count: count),
+                                authenticating: Self.associatedData)
+            }
+        }
+        let nonce = try SecureRandom.bytes(count: 12)
+        let box = try AESGCM.seal(Array("memo".utf8), using: key, nonce: nonce, authenticating: Self.associatedData)
+        #expect(Array(box.combined.prefix(12)) == nonce)
+        #expect(try AESGCM.open(box, using: key, authenticating: Self.associatedData) == Array("memo".utf8))
     }
 
     @Test func everyFlippedBitFailsAuthentication() throws {

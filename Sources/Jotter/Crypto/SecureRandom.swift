@@ -15,7 +15,14 @@ extension SecureRandom {
     /// A random (version 4) UUID in lowercase, from OpenSSL's CSPRNG — the ids of memos, relay messages
     /// and devices. (Foundation's `UUID()` opened, read and closed /dev/urandom for each one.)
     public static func uuid() throws -> String {
-        var bytes = try bytes(count: 16)
+        uuid(from: try bytes(count: 16)[...])
+    }
+
+    /// The version 4 UUID made of 16 random bytes the caller drew from `bytes(count:)` (with other
+    /// random bytes it needs, in one call: each `RAND_bytes` costs more than the bytes it returns).
+    static func uuid(from random: ArraySlice<UInt8>) -> String {
+        precondition(random.count == 16, "a UUID is 16 random bytes")
+        var bytes = Array(random)
         bytes[6] = bytes[6] & 0x0F | 0x40   // version 4
         bytes[8] = bytes[8] & 0x3F | 0x80   // RFC 4122 variant
         let digits = Array("0123456789abcdef".utf8)

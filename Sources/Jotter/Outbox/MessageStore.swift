@@ -16,27 +16,36 @@ struct MessageStore: Sendable {
         var lifecycle: DeliveryLifecycle
         /// The keyed hash of the draft's `Idempotency-Key`, if it has one.
         var idempotencyHash: [UInt8]?
-        /// The keyed hash of exactly what the client sent (a replay with another payload conflicts).
+        /// The keyed hash of exactly what the client sent (a replay with another payload conflicts);
+        /// empty for a memo without a key, which nothing can replay.
         var payloadHash: [UInt8]
     }
 
     /// The keyed hashes that find an earlier copy of `draft`: its `Idempotency-Key`'s and its payload's.
-    func hashes(_ draft: MemoDraft) -> (idempotency: [UInt8]?, payload: [UInt8]) {
-        (draft.idempotencyKey.map { HMAC.sha256(Array($0.utf8), key: hashingKey) },
-         HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey))
+    /// Nil for a memo without a key: it has no earlier copy to find (an earlier copy is found only by its
+    /// key), so neither hash is computed — two HMACs less on the common path.
+    func hashes(_ draft: MemoDraft) -> (idempotency: [UInt8], payload: [UInt8])? {
+        guard let key = draft.idempotencyKey else { return nil }
+        return (HMAC.sha256(Array(key.utf8), key: hashingKey), HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey))
     }
 
     /// `draft` sealed under a new id, accepted at `now`. (Both stores insert exactly this.)
     func prepare(_ draft: MemoDraft, now: Int64,
-                 hashes: (idempotency: [UInt8]?, payload: [UInt8])) throws -> Prepared {
-        let id = try SecureRandom.uuid()
+                 hashes: (idempotency: [UInt8], payload: [UInt8])?) throws -> Prepared {
+        // The id and both nonces in one draw from the CSPRNG.
+        let nonce = AESGCM.nonceByteCount
+        let random = try SecureRandom.bytes(count: 16 + 2 * nonce)
+        let id = SecureRandom.uuid(from: random[0..<16])
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
                                   body: draft.body, recipient: draft.recipient)
-        return Prepared(id: id, createdAt: now, sealedPayload: try sealer.seal(content.encoded(), .payload, id: id),
-                        sealedSubject: try sealer.seal(Array(content.subject.utf8), .subject, id: id),
+        return Prepared(id: id, createdAt: now,
+                        sealedPayload: try sealer.seal(content.encoded(), .payload, id: id,
+                                                       nonce: Array(random[16..<(16 + nonce)])),
+                        sealedSubject: try sealer.seal(Array(content.subject.utf8), .subject, id: id,
+                                                       nonce: Array(random[(16 + nonce)...])),
                         lifecycle: .accepted(now: now, undoMilliseconds: draft.undoMilliseconds),
-                        idempotencyHash: hashes.idempotency, payloadHash: hashes.payload)
+                        idempotencyHash: hashes?.idempotency, payloadHash: hashes?.payload ?? [])
     }
 
     /// An earlier copy's answer: the same payload is a replay of it, another one a conflict.
@@ -49,10 +58,10 @@ struct MessageStore: Sendable {
     func insert(_ draft: MemoDraft, now: Int64,
                 into database: Database) throws -> Result<Outbox.EnqueueOutcome, Outbox.EnqueueError> {
         let hashes = hashes(draft)
-        if let hash = hashes.idempotency {
+        if let hashes {
             let existing = try database.statement(
                 "SELECT id, payload_hash FROM messages WHERE idempotency_hash = ?"
-            ).firstRow([.blob(hash)]) { row in (row.text(0) ?? "", row.blob(1) ?? []) }
+            ).firstRow([.blob(hashes.idempotency)]) { row in (row.text(0) ?? "", row.blob(1) ?? []) }
             if let (id, storedHash) = existing {
                 return Self.replay(of: id, storedPayloadHash: storedHash, payloadHash: hashes.payload)
             }

@@ -138,7 +138,7 @@ public final class PostgresOutbox: MessageOutbox {
                       .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
                       Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .bytes($0) } ?? .null,
                       .bytes(memo.payloadHash)])
-            guard inserted.count == 0, let hash = memo.idempotencyHash else {
+            guard inserted.count == 0, let hashes else {
                 // NOTIFY serialises every committing transaction that sent one (PostgreSQL takes a
                 // database-wide lock for it at COMMIT), so a node announces at most one message in
                 // `notifyEveryMilliseconds`: the others then claim every due message anyway, and this
@@ -149,7 +149,7 @@ public final class PostgresOutbox: MessageOutbox {
                 return .success(.accepted(id: memo.id))
             }
             let existing = try connection.execute(
-                "SELECT id, payload_hash FROM jotter_messages WHERE idempotency_hash = $1", [.bytes(hash)]).first
+                "SELECT id, payload_hash FROM jotter_messages WHERE idempotency_hash = $1", [.bytes(hashes.idempotency)]).first
             guard let existing, let id = existing.text(0), let stored = existing.bytes(1) else {
                 throw PostgresConnection.Failure(sqlState: "40001", kind: "statement")  // gone meanwhile: again
             }

@@ -22,6 +22,12 @@ public struct Sealer: Sendable {
         try seal(plaintext, context: Self.context(field, id))
     }
 
+    /// Seals `plaintext` as `field` of memo `id` under `nonce`: fresh random bytes the caller drew
+    /// from `SecureRandom` (see `AESGCM.seal(_:using:nonce:authenticating:)`).
+    func seal(_ plaintext: [UInt8], _ field: Field, id: String, nonce: [UInt8]) throws -> [UInt8] {
+        try AESGCM.seal(plaintext, using: key, nonce: nonce, authenticating: Self.context(field, id)).combined
+    }
+
     /// Opens `field` of memo `id`; nil if it does not open (another key, tampered, moved).
     public func open(_ sealed: [UInt8], _ field: Field, id: String) -> [UInt8]? {
         open(sealed, context: Self.context(field, id))
