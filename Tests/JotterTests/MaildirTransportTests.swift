@@ -196,6 +196,22 @@ private enum MaildirReader {
         #expect(try MaildirReader.read(directory.path).first?.subject == "Buy milk 🥛")
     }
 
+    @Test func aFirstAttemptNeverReplacesAFileAlreadyInNew() throws {
+        let directory = TemporaryDirectory()
+        let transport = MaildirTransport(path: directory.path)
+        try transport.prepare()
+        let message = Self.message()
+        let name = MaildirTransport.fileName(for: message)
+        // A first attempt does not look before writing (only retries do); the link still refuses.
+        try "Subject: the first copy".write(toFile: directory.file("new/" + name), atomically: false, encoding: .utf8)
+        let receipts = transport.send(batch: [message, Self.message(id: "00000000-0000-4000-8000-000000000077")])
+        #expect((try? receipts[0].get())?.alreadyDelivered == true)
+        #expect((try? receipts[1].get())?.alreadyDelivered == false)
+        #expect(Self.contents(directory.file("new/" + name)) == Array("Subject: the first copy".utf8))
+        #expect(Self.files(directory.file("tmp")).isEmpty)
+        #expect(Self.files(directory.file("new")).count == 2)
+    }
+
     @Test func prepareMakesPrivateDirectories() throws {
         let directory = TemporaryDirectory()
         let maildir = directory.file("nested/deeper/Maildir")

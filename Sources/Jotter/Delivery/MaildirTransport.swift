@@ -48,19 +48,21 @@ public struct MaildirTransport: Transport {
         var prepared = false
         for (index, message) in messages.enumerated() {
             let name = Self.fileName(for: message)
-            if isDelivered(name: name, lookInCur: message.attempt > 1) {
+            // Only a retry can find an earlier copy (a first attempt that linked its file, then died
+            // before it was marked sent, comes back as attempt 2). A first attempt checks nothing: should
+            // the name exist all the same, `link` below fails with EEXIST and delivers nothing twice.
+            if message.attempt > 1 && isDelivered(name: name) {
                 outcomes[index] = .success(DeliveryReceipt(alreadyDelivered: true))
                 continue
             }
             let temporary = "\(path)/tmp/\(name)"
-            unlink(temporary)  // left by an attempt that died before linking
             let bytes = message.rendered()
             do throws(SystemError) {
-                written.append((index, name, try FileIO.createFile(temporary, bytes, mode: 0o600)))
+                written.append((index, name, try Self.createTemporary(temporary, bytes)))
             } catch where error.code == ENOENT && !prepared {
                 // First use without `prepare()`, or the folders were removed while running.
                 prepared = true
-                if (try? prepare()) != nil, let fd = try? FileIO.createFile(temporary, bytes, mode: 0o600) {
+                if (try? prepare()) != nil, let fd = try? Self.createTemporary(temporary, bytes) {
                     written.append((index, name, fd))
                 } else {
                     unlink(temporary)
@@ -104,11 +106,22 @@ public struct MaildirTransport: Transport {
         return outcomes.map { $0 ?? .failure(Self.failure(0)) }
     }
 
-    /// True when `name` is in `new/`, or in `cur/` with an info suffix (`name:2,S`).
-    /// `cur/` is scanned only on a retry: a first attempt cannot have been read by a mail client yet.
-    private func isDelivered(name: String, lookInCur: Bool) -> Bool {
+    /// Creates `temporary` holding `bytes`. A file of that name was left by an attempt that died
+    /// before linking it: it is replaced (looked for only when it is there, not before every file).
+    private static func createTemporary(_ temporary: String, _ bytes: [UInt8]) throws(SystemError) -> Int32 {
+        do {
+            return try FileIO.createFile(temporary, bytes, mode: 0o600)
+        } catch where error.code == EEXIST {
+            unlink(temporary)
+            return try FileIO.createFile(temporary, bytes, mode: 0o600)
+        }
+    }
+
+    /// True when `name` is in `new/`, or in `cur/` with an info suffix (`name:2,S`): a retry's check
+    /// for the copy an interrupted attempt delivered.
+    private func isDelivered(name: String) -> Bool {
         if access("\(path)/new/\(name)", F_OK) == 0 { return true }
-        guard lookInCur, let directory = opendir("\(path)/cur") else { return false }
+        guard let directory = opendir("\(path)/cur") else { return false }
         defer { closedir(directory) }
         let prefix = name + ":"
         while let entry = readdir(directory) {
