@@ -127,9 +127,14 @@ public enum SubjectLine {
 
     /// The first non-blank line of `body`, cut at a word near 60 characters (with `…` when cut).
     public static func derived(from body: String) -> String {
-        let line = body.split(whereSeparator: \.isNewline)
-            .map { $0.trimmingCharacters(in: " \t") }
-            .first(where: { !$0.isEmpty }) ?? ""
+        // Line by line up to the first one with text: a long memo's other lines are never split or copied.
+        var rest = body[...]
+        var line: Substring = ""
+        while line.isEmpty && !rest.isEmpty {
+            let end = rest.firstIndex(where: \.isNewline) ?? rest.endIndex
+            line = rest[..<end].trimmingCharacters(in: " \t")
+            rest = end == rest.endIndex ? "" : rest[rest.index(after: end)...]
+        }
         let cleaned = sanitized(String(line))
         guard cleaned.count > targetLength else { return cleaned }
         let head = cleaned.prefix(targetLength)
