@@ -102,16 +102,30 @@ struct PageRoute: Sendable {
         return variant.plain
     }
 
-    /// True when `Accept-Encoding` lists gzip (or `*`) without `q=0`.
+    /// True when `Accept-Encoding` lists gzip (or `*`) without `q=0`. Read as bytes, on every `GET /`:
+    /// only a listed coding's parameters, if it has any, become a string.
     static func acceptsGzip(_ header: String?) -> Bool {
         guard let header else { return false }
-        for item in header.split(separator: ",") {
-            let parts = item.split(separator: ";").map { $0.trimmingCharacters(in: " \t").lowercased() }
-            guard let coding = parts.first, coding == "gzip" || coding == "*" else { continue }
-            let refused = parts.dropFirst().contains { $0.hasPrefix("q=") && (Double($0.dropFirst(2)) ?? 1) == 0 }
+        for item in header.utf8.split(separator: UInt8(ascii: ",")) {
+            let end = item.firstIndex(of: UInt8(ascii: ";")) ?? item.endIndex
+            let coding = trimmed(item[..<end])
+            let isGzip = coding.count == 4 && coding.elementsEqual("gzip".utf8, by: { $0 | 0x20 == $1 })
+            guard isGzip || coding.elementsEqual("*".utf8) else { continue }
+            let refused = item[end...].split(separator: UInt8(ascii: ";")).contains { parameter in
+                let pair = String(decoding: trimmed(parameter), as: UTF8.self).lowercased()
+                return pair.hasPrefix("q=") && (Double(pair.dropFirst(2)) ?? 1) == 0
+            }
             return !refused
         }
         return false
+    }
+
+    /// `bytes` without leading and trailing spaces and tabs.
+    private static func trimmed(_ bytes: Substring.UTF8View) -> Substring.UTF8View {
+        let isBlank = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        guard let first = bytes.firstIndex(where: { !isBlank($0) }),
+              let last = bytes.lastIndex(where: { !isBlank($0) }) else { return bytes[bytes.endIndex...] }
+        return bytes[first...last]
     }
 
     /// `GET /i18n/{tag}.json`: one language's strings, for the in-page language switch.
