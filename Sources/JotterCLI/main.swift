@@ -117,7 +117,8 @@ case .relayInvite(let dataDirectory, let store):
         write("jotter relay invite: \(error)\n", to: 2)
         exit(1)
     }
-case .relay(let configuration):
+case .relay(var configuration):
+    OpenFileLimit.fit(&configuration.http, logger: Logger(label: "jotter", level: configuration.logLevel))
     let relay: RelayApplication
     do {
         relay = try RelayApplication(configuration: configuration,
@@ -131,7 +132,8 @@ case .relay(let configuration):
     let scheme = configuration.http.tls == nil ? "http" : "https"
     print("Listening on \(scheme)://\((configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host)):\(relay.port)")
     serveUntilSignalled { relay.stop() }
-case .serve(let configuration):
+case .serve(var configuration):
+    OpenFileLimit.fit(&configuration.http, logger: Logger(label: "jotter", level: configuration.logLevel))
     let application: Application
     do {
         application = try Application(configuration: configuration,
