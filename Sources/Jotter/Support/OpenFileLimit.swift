@@ -24,8 +24,11 @@ public enum OpenFileLimit {
     /// worker's deliveries (files, sockets, curl, PostgreSQL), libmicrohttpd's and Dispatch's own.
     /// Half of a very small limit.
     static func reserve(softLimit: Int) -> Int {
-        min(256, softLimit / 2)
+        min(reserved, softLimit / 2)
     }
+
+    /// The reserve when the limit allows it.
+    static let reserved = 256
 
     /// `RLIM_INFINITY` (all bits set on Linux; the C macro does not import).
     private static let unlimited = rlim_t.max
@@ -37,7 +40,7 @@ public enum OpenFileLimit {
         guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
             return Fitted(connections: connections, softLimit: -1, hardLimit: -1)
         }
-        let wanted = rlim_t(connections + 256)
+        let wanted = rlim_t(connections + reserved)
         if limit.rlim_cur != unlimited && limit.rlim_cur < wanted {
             var raised = limit
             raised.rlim_cur = limit.rlim_max == unlimited ? wanted : min(wanted, limit.rlim_max)
