@@ -79,7 +79,8 @@ struct ComposerRelayTests {
             let known = try relay.mailFiles(to: address)
             let asked = try page("POST", "/destination", ["address": address, "language": "de"])
             #expect(asked.status == 202, "\(asked.status) \(asked.text)")
-            #expect((asked.json as? [String: Any])?["state"] as? String == "pending")
+            // Pending (or, while another address is verified, still "verified" with this one pending).
+            #expect((asked.json as? [String: Any])?["pending"] as? String == address)
             let code = try relay.newCode(to: address, known: known)
             let confirmed = try page("POST", "/destination/confirm", ["code": code])
             #expect(confirmed.status == 200, "\(confirmed.status) \(confirmed.text)")
@@ -133,6 +134,30 @@ struct ComposerRelayTests {
         let third = try pair.post("memo three")
         #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(third)["status"] as? String == "sent" })
         #expect(try pair.entry(third)["attempts"] as? Int == 1)
+    }
+
+    @Test(arguments: RelayStoreKind.available)
+    func anAddressReplacedByAnotherIsForgottenByTheRelay(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind)
+        defer { pair.stop() }
+        try pair.verify()
+        #expect(try pair.store.verifiedDestinationCount(on: pair.relay) == 1)
+        // A new address (with a `+`, which must survive the trip as a path segment) replaces the first;
+        // the relay then keeps only the new one.
+        let other = "ana+notes@example.com"
+        try pair.verify(other)
+        #expect((try pair.page("GET", "/destination").json as? [String: Any])?["address"] as? String == other)
+        #expect(try pair.store.verifiedDestinationCount(on: pair.relay) == 1, "the first address is still kept")
+        let id = try pair.post("memo after the change")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(id)["status"] as? String == "sent" })
+        #expect(TestServer.waitUntil(timeout: 20) { (try? pair.delivered(to: other).count) == 1 })
+        #expect(try pair.delivered().isEmpty, "a memo went to the replaced address")
+    }
+
+    @Test func aPathSegmentKeepsOnlyUnreservedBytesAndTheAt() {
+        #expect(JotterRelayAccount.pathSegment("ana+notes@example.com") == "ana%2Bnotes@example.com")
+        #expect(JotterRelayAccount.pathSegment("a b/c%d?é") == "a%20b%2Fc%25d%3F%C3%A9")
+        #expect(JotterRelayAccount.pathSegment("A-z.0_9~") == "A-z.0_9~")
     }
 
     @Test(arguments: RelayStoreKind.available)

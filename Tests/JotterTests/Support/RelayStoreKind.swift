@@ -76,6 +76,18 @@ final class RelayTestStore: Sendable {
         }
     }
 
+    /// How many verified addresses `relay` keeps, for all devices (read from `relay_destinations`).
+    func verifiedDestinationCount(on relay: RelayServer) throws -> Int64 {
+        let sql = "SELECT count(*) FROM relay_destinations WHERE verified_at IS NOT NULL"
+        if let database {
+            let connection = try PostgresConnection(url: database.url)
+            return try connection.execute(sql).first?.int64(0) ?? 0
+        }
+        return try relay.outbox.database.read { database in
+            try database.statement(sql).firstRow { $0.int64(0) } ?? 0
+        }
+    }
+
     /// Drops the PostgreSQL database, if any. Only the first call does anything.
     func release() {
         database?.drop()

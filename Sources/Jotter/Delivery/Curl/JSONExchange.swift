@@ -13,8 +13,9 @@ enum JSONExchange {
 
     /// Sends `body` (a POST) or nothing (a GET) to `base + path` on `handle`, with `headers` added to
     /// the user agent, `Expect:` and, with a body, its content type. Throws only when no answer came.
-    static func perform(_ handle: EasyHandle, base: String, path: String, headers: [String], body: [UInt8]?,
-                        caFile: String?, timeoutSeconds: Int, clock: any WallClock) throws(DeliveryFailure) -> Answer {
+    static func perform(_ handle: EasyHandle, method: String? = nil, base: String, path: String, headers: [String],
+                        body: [UInt8]?, caFile: String?, timeoutSeconds: Int,
+                        clock: any WallClock) throws(DeliveryFailure) -> Answer {
         do {
             try handle.set(CURLOPT_URL, base + path)
             try handle.set(CURLOPT_PROTOCOLS_STR, base.hasPrefix("https:") ? "https" : "http")
@@ -31,6 +32,7 @@ enum JSONExchange {
                 try handle.set(CURLOPT_POSTFIELDSIZE, body.count)
                 try handle.setUpload(body)
             }
+            if let method { try handle.set(CURLOPT_CUSTOMREQUEST, method) }
             try handle.set(CURLOPT_HTTPHEADER, list: all)
         } catch {
             throw DeliveryFailure(.configuration, permanent: true)

@@ -89,12 +89,12 @@ final class JotterRelayAccount: Sendable {
     }
 
     /// Calls the relay as this device; a `401` (unknown to the relay) re-registers once and tries again.
-    func call(_ path: String, json body: [UInt8]? = nil, idempotencyKey: String? = nil) throws(DeliveryFailure)
-        -> JotterRelayClient.Answer {
-        let answer = try client.call(path, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+    func call(_ path: String, method: String? = nil, json body: [UInt8]? = nil,
+              idempotencyKey: String? = nil) throws(DeliveryFailure) -> JotterRelayClient.Answer {
+        let answer = try client.call(path, method: method, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
         guard answer.status == 401 else { return answer }
         try forget()
-        return try client.call(path, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+        return try client.call(path, method: method, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
     }
 
     /// Asks the relay to mail a code to `address` (in `language`); on `202` it is the pending address.
@@ -124,11 +124,33 @@ final class JotterRelayAccount: Sendable {
         }
         let answer = try call("/v1/destinations/confirm", json: json.bytes)
         if answer.status == 200 {
+            let previous = destination.address
             destination.address = pending
             destination.pending = nil
             try save(destination)
+            // The address memos went to until now is of no more use: the relay forgets it too (best
+            // effort: this answer stands either way, and the relay sends only where it is asked to).
+            if let previous, previous != pending {
+                _ = try? call("/v1/destinations/" + Self.pathSegment(previous), method: "DELETE")
+            }
         }
         return answer
+    }
+
+    /// `text` as one path segment: every byte but letters, digits, `-._~` and `@` percent-encoded.
+    static func pathSegment(_ text: String) -> String {
+        var segment = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"), UInt8(ascii: "@"):
+                segment.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                segment += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0x0F, radix: 16, uppercase: true)
+            }
+        }
+        return segment
     }
 
     /// The relay says `address` is not verified for this device (any more): ask for a code again.

@@ -30,14 +30,15 @@ struct JotterRelayClient: Sendable {
         self.timeoutSeconds = timeoutSeconds
     }
 
-    /// `GET path`, or `POST path` with a JSON body; throws only when no answer came (unreachable, TLS, …).
-    func call(_ path: String, secret: String? = nil, json body: [UInt8]? = nil,
+    /// `GET path`, or `POST path` with a JSON body, or `method` (`DELETE`); throws only when no answer
+    /// came (unreachable, TLS, …).
+    func call(_ path: String, method: String? = nil, secret: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> Answer {
         try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> Answer in
             var headers = ["Accept: application/json"]
             if let secret { headers.append("Authorization: Bearer \(secret)") }
             if let idempotencyKey { headers.append("Idempotency-Key: \(idempotencyKey)") }
-            let answer = try JSONExchange.perform(handle, base: baseURL, path: path, headers: headers, body: body,
+            let answer = try JSONExchange.perform(handle, method: method, base: baseURL, path: path, headers: headers, body: body,
                                                   caFile: caFile, timeoutSeconds: timeoutSeconds, clock: clock)
             return Answer(status: answer.status, json: try? JSONValue.parse(answer.body),
                           retryAfterMilliseconds: answer.retryAfterMilliseconds)
