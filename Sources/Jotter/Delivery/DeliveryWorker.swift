@@ -5,7 +5,8 @@ import Synchronization
 /// through the transport on one of `slots` delivery slots, and records the outcome by id.
 ///
 /// A serial control queue owns the scheduling state and a `DispatchSourceTimer` for the next due
-/// retry; sends run on a concurrent queue, at most `slots` at a time, so a slow relay holds one slot.
+/// retry; each send runs on a thread of its own (`SlotThread`), at most `slots` at a time, so a slow
+/// relay holds one slot and the others still send.
 ///
 /// When the relay cannot be reached at all (refused, no route, DNS), the worker stops walking the
 /// backoff ladder: it holds further claims, probes the relay cheaply every few seconds, and makes
@@ -51,6 +52,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let control = DispatchQueue(label: "jotter.delivery.control")
+    /// Probes, and sends when no thread of their own could be started.
     private let senders = DispatchQueue(label: "jotter.delivery.slots", attributes: .concurrent)
     private let idle = DispatchGroup()
     private var inFlight = 0
@@ -289,7 +291,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         inFlight += 1
         for message in batch { sending[message.id] = message.attempt }
         idle.enter()
-        senders.async {
+        let slot: @Sendable () -> Void = {
             self.deliver(batch)
             self.control.async {
                 self.inFlight -= 1
@@ -302,6 +304,8 @@ public final class DeliveryWorker: @unchecked Sendable {
                 self.pump()
             }
         }
+        // A thread per send in flight (see SlotThread); only if none can be started, a Dispatch thread.
+        if !SlotThread.start(name: "jotter-deliver", slot) { senders.async(execute: slot) }
     }
 
     /// How often leases are renewed: a third of a lease, so two renewals may fail before it runs out.
