@@ -1129,36 +1129,12 @@ extension LiveServerTests {
         }
 
         @Test func servesOnTheAnnouncedPortAndExitsCleanlyOnSIGTERM() throws {
-            try #require(FileManager.default.isExecutableFile(atPath: Self.path), "build first: \(Self.path)")
             let directory = TemporaryDirectory()
-            let data = directory.file("data")
-            let logPath = directory.file("stderr.log")
-            #expect(FileManager.default.createFile(atPath: logPath, contents: nil))
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Self.path)
-            process.arguments = ["serve", "--port", "0", "--data-dir", data]
-            process.environment = Self.environment()
-            process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-            let pid = process.processIdentifier
-            defer {
-                if process.isRunning {
-                    kill(pid, SIGKILL)
-                    process.waitUntilExit()
-                }
-            }
-            let line = try #require(Self.readLine(output.fileHandleForReading.fileDescriptor, timeout: 20),
-                                    "no first line on stdout")
-            let match = try #require(line.wholeMatch(of: #/Listening on http://127\.0\.0\.1:([0-9]+)/#), "\(line)")
-            let port = try #require(Int(match.1))
+            let server = try ServeProcess(directory: directory)
+            let data = server.data, port = server.port
             #expect(port > 0 && port != 7373)
             // The next line says where memos go (issue 13), secrets never in it.
-            #expect(Self.readLine(output.fileHandleForReading.fileDescriptor, timeout: 20)
-                    == "Delivering to maildir:\(data)/Maildir")
+            #expect(Self.readLine(server.output.fileDescriptor, timeout: 20) == "Delivering to maildir:\(data)/Maildir")
 
             let health = try RawHTTP.request(port: port, method: "GET", path: "/healthz")
             #expect(health.status == 200)
@@ -1174,15 +1150,8 @@ extension LiveServerTests {
             }
             #expect(arrived)
 
-            #expect(kill(pid, SIGTERM) == 0)
-            let exited = TestServer.waitUntil(timeout: 20) { !process.isRunning }
-            #expect(exited, "still running 20 s after SIGTERM")
-            if exited {
-                #expect(process.terminationReason == .exit)
-                #expect(process.terminationStatus == 0)
-            }
-            let logs = String(decoding: Evidence.fileBytes(logPath), as: UTF8.self)
-            #expect(!logs.contains(canary))
+            #expect(server.stop(timeout: 20), "did not exit 0 within 20 s of SIGTERM")
+            #expect(!server.standardError.contains(canary))
             // Stopped: the port no longer answers.
             #expect(throws: (any Error).self) { try RawHTTP.request(port: port, method: "GET", path: "/healthz") }
         }

@@ -97,34 +97,14 @@ import Testing
     @Test(arguments: RelayStoreKind.available)
     func theBinaryRunsARelayEndToEnd(store kind: RelayStoreKind) throws {
         let binary = LiveServerTests.JotterBinary.self
-        try #require(FileManager.default.isExecutableFile(atPath: binary.path), "build first: \(binary.path)")
         let store = try RelayTestStore(kind)
         defer { store.release() }
         let directory = TemporaryDirectory()
         let data = directory.file("relay")
-        let logPath = directory.file("stderr.log")
-        #expect(FileManager.default.createFile(atPath: logPath, contents: nil))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary.path)
-        process.arguments = ["relay", "--port", "0", "--registration", "invite"] + store.arguments
-        process.environment = binary.environment().merging(["JOTTER_RELAY_DATA_DIR": data]) { $1 }
-        process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let pid = process.processIdentifier
-        defer {
-            if process.isRunning {
-                kill(pid, SIGKILL)
-                process.waitUntilExit()
-            }
-        }
-        let line = try #require(binary.readLine(output.fileHandleForReading.fileDescriptor, timeout: 20),
-                                "no first line on stdout")
-        let match = try #require(line.wholeMatch(of: #/Listening on http://127\.0\.0\.1:([0-9]+)/#), "\(line)")
-        let port = try #require(Int(match.1))
+        let relay = try ServeProcess(directory: directory,
+                                     command: ["relay", "--port", "0", "--registration", "invite"] + store.arguments,
+                                     data: data, environment: ["JOTTER_RELAY_DATA_DIR": data])
+        let port = relay.port
 
         let invited = try binary.run(["relay", "invite", "--data-dir", data] + store.arguments)
         #expect(invited.status == 0, "\(invited.standardError)")
@@ -161,11 +141,8 @@ import Testing
                 == "sent"
         })
 
-        #expect(kill(pid, SIGTERM) == 0)
-        let exited = TestServer.waitUntil(timeout: 20) { !process.isRunning }
-        #expect(exited, "still running 20 s after SIGTERM")
-        if exited { #expect(process.terminationReason == .exit && process.terminationStatus == 0) }
-        let logs = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        #expect(relay.stop(timeout: 20), "did not exit 0 within 20 s of SIGTERM")
+        let logs = relay.standardError
         #expect(logs.contains("message accepted"))
         for secretText in ["me@example.com", "binary canary", "From the binary", secret, invite, code ?? "-"] {
             #expect(!logs.contains(secretText), "the log holds \(secretText)")
