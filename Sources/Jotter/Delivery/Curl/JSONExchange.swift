@@ -12,7 +12,8 @@ enum JSONExchange {
     }
 
     /// Sends `body` (a POST) or nothing (a GET) to `base + path` on `handle`, with `headers` added to
-    /// the user agent, `Expect:` and, with a body, its content type. Throws only when no answer came.
+    /// the user agent, `Expect:` and, with a body, its content type; `method` (`DELETE`) replaces the
+    /// method either would use. Throws only when no answer came.
     static func perform(_ handle: EasyHandle, method: String? = nil, base: String, path: String, headers: [String],
                         body: [UInt8]?, caFile: String?, timeoutSeconds: Int,
                         clock: any WallClock) throws(DeliveryFailure) -> Answer {
