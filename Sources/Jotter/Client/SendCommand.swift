@@ -70,7 +70,7 @@ public enum SendCommand {
             if let subject = options.subject { json.field("subject", subject) }
         }
         let key: String
-        do { key = try uuid() } catch {
+        do { key = try SecureRandom.uuid() } catch {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token)
@@ -116,18 +116,6 @@ public enum SendCommand {
 
     static func trimmed(_ url: String) -> String {
         url.hasSuffix("/") ? String(url.dropLast()) : url
-    }
-
-    /// A random (version 4) UUID, lowercase.
-    static func uuid() throws -> String {
-        var bytes = try SecureRandom.bytes(count: 16)
-        bytes[6] = bytes[6] & 0x0F | 0x40
-        bytes[8] = bytes[8] & 0x3F | 0x80
-        let hex = bytes.map { byte -> String in
-            let text = String(byte, radix: 16)
-            return byte < 16 ? "0" + text : text
-        }
-        return [hex[0..<4], hex[4..<6], hex[6..<8], hex[8..<10], hex[10..<16]].map { $0.joined() }.joined(separator: "-")
     }
 
     public static func monotonicSeconds() -> Double {

@@ -95,8 +95,8 @@ final class ConnectionRegistry: Sendable {
         state.withLock { $0.records[id]?.headersReceived = true }
     }
 
-    /// The request is complete and being answered: it is never closed here until it ends.
-    /// The connection's request is being answered; returns the peer's address given at `opened`.
+    /// The request is complete and being answered: it is never closed here until it ends. Returns the
+    /// peer's address as given at `opened`.
     @discardableResult
     func answering(_ id: Int) -> String? {
         state.withLock { state in
