@@ -11,13 +11,13 @@ import Glibc
 /// admitted instead, and the start-up log says so.
 public enum OpenFileLimit {
     /// What `fit` decided.
-    public struct Fitted: Equatable, Sendable {
+    struct Fitted: Sendable {
         /// Connections to admit: the configured limit, or fewer when the descriptors do not allow it.
-        public var connections: Int
+        var connections: Int
         /// The soft limit now in force (the hard limit's value if it was raised that far).
-        public var softLimit: Int
+        var softLimit: Int
         /// The hard limit.
-        public var hardLimit: Int
+        var hardLimit: Int
     }
 
     /// Descriptors kept for everything but connections: the database and its WAL, the log, the
@@ -35,7 +35,7 @@ public enum OpenFileLimit {
 
     /// Raises the soft limit so that `connections` fit beside the reserve, as far as the hard limit
     /// allows, and returns how many connections fit then.
-    public static func fit(connections: Int) -> Fitted {
+    static func fit(connections: Int) -> Fitted {
         var limit = rlimit()
         guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
             return Fitted(connections: connections, softLimit: -1, hardLimit: -1)
