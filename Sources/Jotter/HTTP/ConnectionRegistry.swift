@@ -92,7 +92,10 @@ final class ConnectionRegistry: Sendable {
 
     /// The request's headers are complete: from now on only `requestTimeout` applies.
     func headersReceived(_ id: Int) {
-        state.withLock { $0.records[id]?.headersReceived = true }
+        state.withLock { state in
+            guard let index = state.records.index(forKey: id) else { return }
+            state.records.values[index].headersReceived = true
+        }
     }
 
     /// The request is complete and being answered: it is never closed here until it ends. Returns the
@@ -100,19 +103,20 @@ final class ConnectionRegistry: Sendable {
     @discardableResult
     func answering(_ id: Int) -> String? {
         state.withLock { state in
-            state.records[id]?.answering = true
-            return state.records[id]?.address ?? nil
+            guard let index = state.records.index(forKey: id) else { return nil }
+            state.records.values[index].answering = true
+            return state.records.values[index].address
         }
     }
 
     /// The request ended (answered or not); the next one's time starts now.
     func requestEnded(_ id: Int, now: UInt64) {
         state.withLock { state in
-            guard var record = state.records[id] else { return }
-            record.since = now
-            record.headersReceived = false
-            record.answering = false
-            state.records[id] = record
+            // Changed in place: a copy out and back would retain and release the record's strings.
+            guard let index = state.records.index(forKey: id) else { return }
+            state.records.values[index].since = now
+            state.records.values[index].headersReceived = false
+            state.records.values[index].answering = false
         }
     }
 

@@ -250,8 +250,9 @@ extension HTTPServer {
         if context.headersSeen { activeRequests.subtract(1, ordering: .releasing) }
         bodyBudget.release(context.reservedBytes)
         context.reservedBytes = 0
-        registry.requestEnded(context.connectionID, now: monotonicNanoseconds())
-        let elapsed = monotonicNanoseconds() - context.started
+        let now = monotonicNanoseconds()
+        registry.requestEnded(context.connectionID, now: now)
+        let elapsed = now - context.started
         let messageID = context.reply.messageID
         let outcome: String
         let ownStatus = context.queued ? 0 : Int(jotter_mhd_queued_status(context.connection))

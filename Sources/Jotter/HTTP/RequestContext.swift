@@ -49,7 +49,8 @@ final class RequestContext {
 
     /// The path part of the request-target, still percent-encoded (`RequestPath` decodes it).
     var targetPath: String {
-        String(target.prefix { $0 != "?" })
+        guard let question = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return target }
+        return String(target[..<question])
     }
 
     /// One header field (or query argument, or trailer) as libmicrohttpd parsed it.

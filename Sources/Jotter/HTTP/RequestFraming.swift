@@ -35,21 +35,33 @@ enum RequestFraming {
             return badRequest("A header name is malformed (no whitespace is allowed before the colon).")
         }
         if head.malformedValue { return badRequest("A header value contains a control character.") }
-        let headers = head.headers
-        let hosts = headers.values("Host")
-        if hosts.count != 1 { return badRequest("A request needs exactly one Host header.") }
-        if let host = hosts.first, !isValidHost(host) { return badRequest("The Host header is malformed.") }
-        let lengths = headers.values("Content-Length")
-        let encodings = headers.values("Transfer-Encoding")
-        if lengths.count > 1 { return badRequest("More than one Content-Length header.") }
-        if encodings.count > 1 { return badRequest("More than one Transfer-Encoding header.") }
-        if !lengths.isEmpty && !encodings.isEmpty {
+        // One pass over the fields (this runs for every request): the Host, Content-Length and
+        // Transfer-Encoding values, and how many of each there were.
+        var host: String?, length: String?, encoding: String?
+        var hostCount = 0, lengthCount = 0, encodingCount = 0
+        for field in head.headers.fields {
+            if field.name.caseInsensitiveEquals("Host") {
+                hostCount += 1
+                host = host ?? field.value
+            } else if field.name.caseInsensitiveEquals("Content-Length") {
+                lengthCount += 1
+                length = length ?? field.value
+            } else if field.name.caseInsensitiveEquals("Transfer-Encoding") {
+                encodingCount += 1
+                encoding = encoding ?? field.value
+            }
+        }
+        if hostCount != 1 { return badRequest("A request needs exactly one Host header.") }
+        if let host, !isValidHost(host) { return badRequest("The Host header is malformed.") }
+        if lengthCount > 1 { return badRequest("More than one Content-Length header.") }
+        if encodingCount > 1 { return badRequest("More than one Transfer-Encoding header.") }
+        if lengthCount > 0 && encodingCount > 0 {
             return badRequest("Content-Length together with Transfer-Encoding.")
         }
-        if let encoding = encodings.first, let refusal = transferCodingRefusal(encoding, version: head.version) {
+        if let encoding, let refusal = transferCodingRefusal(encoding, version: head.version) {
             return refusal
         }
-        if let length = lengths.first {
+        if let length {
             guard !length.isEmpty, length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let value = Int(length) else {
                 return badRequest("Content-Length is not a number.")
             }

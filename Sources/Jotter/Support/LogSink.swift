@@ -28,16 +28,13 @@ public final class LogSink: Sendable {
     /// Keeps lines in memory; read them with `captured`.
     public static func memory() -> LogSink { LogSink(target: .memory) }
 
-    func write(_ line: String) {
-        write(bytes: Array(line.utf8))
-    }
-
-    /// Writes one line's bytes (ending in a line feed).
-    func write(bytes line: [UInt8]) {
+    /// Writes one line, which `format` appends to the buffer it is given (ending in a line feed). For
+    /// standard error that is the pending buffer itself, under its lock: no copy of the line is made.
+    func write(_ format: (inout [UInt8]) -> Void) {
         switch target {
         case .standardError:
             let (schedule, large) = pending.withLock { state -> (Bool, Bool) in
-                state.bytes.append(contentsOf: line)
+                format(&state.bytes)
                 let schedule = !state.scheduled
                 state.scheduled = true
                 return (schedule, state.bytes.count > 65536)
@@ -48,6 +45,8 @@ public final class LogSink: Sendable {
                 writer.asyncAfter(deadline: .now() + .milliseconds(20)) { self.drain() }
             }
         case .memory:
+            var line: [UInt8] = []
+            format(&line)
             lines.withLock { $0.append(String(decoding: line, as: UTF8.self)) }
         }
     }

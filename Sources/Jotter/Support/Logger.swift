@@ -53,38 +53,45 @@ public struct Logger: Sendable {
     }
 
     /// Logs `message` at `level` with `metadata` appended as `key=value` pairs:
-    /// `2026-12-01T09:30:05.123Z info http: request method=GET status=200`. Built as bytes in one
-    /// buffer (every request logs a line at `info`: this is on the path of every answer).
+    /// `2026-12-01T09:30:05.123Z info http: request method=GET status=200`. Built as bytes in the
+    /// sink's buffer (every request logs a line at `info`: this is on the path of every answer).
     public func log(level: Level, _ message: @autoclosure () -> String, metadata: Metadata = [:]) {
         guard level >= logLevel else { return }
-        var line: [UInt8] = []
-        line.reserveCapacity(160)
-        Self.appendTimestamp(SystemClock().nowMilliseconds(), to: &line)
-        line.append(0x20)
-        level.name.withUTF8Buffer { line.append(contentsOf: $0) }
-        line.append(0x20)
-        line.append(contentsOf: label.utf8)
-        line.append(contentsOf: ": ".utf8)
-        line.append(contentsOf: message().utf8)
-        // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
-        for (key, value) in metadata where !value.isEmpty {
+        let milliseconds = SystemClock().nowMilliseconds()
+        // Formatted straight into the sink's buffer: no line of its own to allocate and copy.
+        sink.write { line in
+            Self.appendTimestamp(milliseconds, to: &line)
             line.append(0x20)
-            line.append(contentsOf: key.utf8)
-            line.append(0x3D)
-            let quoted = value.utf8.contains { $0 == 0x20 || $0 == 0x22 }
-            if quoted {
-                line.append(0x22)
-                for byte in value.utf8 {
-                    if byte == 0x22 { line.append(0x5C) }
-                    line.append(byte)
+            level.name.withUTF8Buffer { line.append(contentsOf: $0) }
+            line.append(0x20)
+            Self.append(label, to: &line)
+            line.append(contentsOf: [0x3A, 0x20])  // ": "
+            Self.append(message(), to: &line)
+            // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
+            for (key, value) in metadata where !value.isEmpty {
+                line.append(0x20)
+                Self.append(key, to: &line)
+                line.append(0x3D)
+                let quoted = value.utf8.contains { $0 == 0x20 || $0 == 0x22 }
+                if quoted {
+                    line.append(0x22)
+                    for byte in value.utf8 {
+                        if byte == 0x22 { line.append(0x5C) }
+                        line.append(byte)
+                    }
+                    line.append(0x22)
+                } else {
+                    Self.append(value, to: &line)
                 }
-                line.append(0x22)
-            } else {
-                line.append(contentsOf: value.utf8)
             }
+            line.append(0x0A)
         }
-        line.append(0x0A)
-        sink.write(bytes: line)
+    }
+
+    /// Appends `text`'s UTF-8 bytes in one copy.
+    private static func append(_ text: String, to line: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { line.append(contentsOf: $0) }
     }
 
     /// `nanoseconds` as milliseconds with two decimals, `12.34` (integer arithmetic: `String(Double)`

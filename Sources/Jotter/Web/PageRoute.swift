@@ -24,7 +24,18 @@ struct PageRoute: Sendable {
     /// Each language's answer, plain and gzip-compressed (about a third of the size: the shell stays one
     /// small request): headers, body and the built libmicrohttpd response, made once (a request only
     /// picks one).
-    private let responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)]
+    private let responses: [String: Variant]
+
+    /// One language's two answers, shared by reference: a request picks one without copying the other.
+    private final class Variant: Sendable {
+        let plain: HTTPResponse
+        let compressed: HTTPResponse?
+
+        init(plain: HTTPResponse, compressed: HTTPResponse?) {
+            self.plain = plain
+            self.compressed = compressed
+        }
+    }
 
     /// LAN mode: the page asks for client hints, so a phone's device name can say "Android — Pixel 8".
     let lan: Bool
@@ -57,7 +68,7 @@ struct PageRoute: Sendable {
             "base-uri 'none'",
             "frame-ancestors 'none'",
         ].joined(separator: "; ")
-        var responses: [String: (plain: HTTPResponse, compressed: HTTPResponse?)] = [:]
+        var responses: [String: Variant] = [:]
         let english = localization.strings[Localization.fallback] ?? [:]
         for tag in localization.available {
             var values = english.merging(localization.strings[tag] ?? [:]) { $1 }
@@ -81,7 +92,7 @@ struct PageRoute: Sendable {
                 compressed = HTTPResponse(status: 200, headers: headers, body: bytes)
                 compressed?.reusable = ReusableResponse()
             }
-            responses[tag] = (Router.finish(plain), compressed.map { Router.finish($0) })
+            responses[tag] = Variant(plain: Router.finish(plain), compressed: compressed.map { Router.finish($0) })
         }
         self.responses = responses
     }

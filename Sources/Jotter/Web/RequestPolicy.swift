@@ -57,8 +57,9 @@ public final class RequestPolicy: Sendable {
         if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
             return refusal
         }
-        let trustedPeer = trustsLoopback && Loopback.contains(address: request.remoteAddress)
-        if let devices, !Self.isPublic(request), !trustedPeer {
+        // The peer's address is parsed only when it matters: in LAN mode, for a request that needs a token.
+        if let devices, !Self.isPublic(request),
+           !(trustsLoopback && Loopback.contains(address: request.remoteAddress)) {
             return tokenRefusal(request, devices: devices)
         }
         return nil
