@@ -210,8 +210,7 @@ extension HTTPServer {
         return Router.finish(response)
     }
 
-    private func queue(_ response: HTTPResponse, _ context: RequestContext) -> MHD_Result {
-        var response = response
+    private func queue(_ response: consuming HTTPResponse, _ context: RequestContext) -> MHD_Result {
         if context.peerFinished {
             response.reusable = nil
             response.headers.add(name: "Connection", value: "close")

@@ -107,10 +107,7 @@ final class RequestContext {
         /// connection sleeps until it is.
         func take(suspending: Bool) -> HTTPResponse? {
             state.withLock { state in
-                if let response = state.response {
-                    state.response = nil
-                    return response
-                }
+                if let response = state.response.take() { return response }
                 if suspending {
                     MHD_suspend_connection(connection.pointer)
                     state.suspended = true

@@ -43,10 +43,13 @@ public struct Router: Sendable {
                 continue
             }
             let policy = defaultContentSecurityPolicy
+            let pattern = route.pattern
             route.handler(request, parameters) { response in
+                // Changed in place, not copied: a response's copy retains each of its parts.
                 var response = response
-                response.route = route.pattern
-                respond(Self.finish(response, policy: policy))
+                response.route = pattern
+                Self.addCommonHeaders(&response, policy: policy)
+                respond(response)
             }
             return
         }
@@ -86,8 +89,14 @@ public struct Router: Sendable {
 
     /// `no-store` (a memo must never sit in a cache), `nosniff`, `no-referrer`, a CSP, and no cookie ever.
     static func finish(_ response: HTTPResponse, policy: String) -> HTTPResponse {
-        if response.finished { return response }
         var response = response
+        addCommonHeaders(&response, policy: policy)
+        return response
+    }
+
+    /// The same, in place; a response that has them already (built once, ahead) is left as it is.
+    private static func addCommonHeaders(_ response: inout HTTPResponse, policy: String) {
+        if response.finished { return }
         response.finished = true
         response.headers.add(name: "Cache-Control", value: "no-store")
         response.headers.add(name: "X-Content-Type-Options", value: "nosniff")
@@ -95,6 +104,5 @@ public struct Router: Sendable {
         if response.headers["Content-Security-Policy"] == nil {
             response.headers.add(name: "Content-Security-Policy", value: policy)
         }
-        return response
     }
 }

@@ -50,7 +50,8 @@ struct Localization: Sendable {
     /// The tag for a request: a valid `?lang=`, else the best `Accept-Language` match, else English.
     func negotiate(query: String?, acceptLanguage: String?) -> String {
         if let query, let tag = Self.match(query, in: available) { return tag }
-        for range in Self.ranges(acceptLanguage ?? "") {
+        guard let acceptLanguage, !acceptLanguage.isEmpty else { return Self.fallback }
+        for range in Self.ranges(acceptLanguage) {
             if range == "*" { return Self.fallback }
             if let tag = Self.match(range, in: available) { return tag }
         }
