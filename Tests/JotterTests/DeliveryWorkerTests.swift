@@ -14,8 +14,10 @@ import Testing
         let worker: DeliveryWorker
 
         init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0),
-             batchLimit: Int = 1, batchWindow: Int64 = 0, maximumWait: Double = 30) throws {
-            transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit)
+             batchLimit: Int = 1, batchByteLimit: Int = .max, batchWindow: Int64 = 0,
+             maximumWait: Double = 30) throws {
+            transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit,
+                                            batchByteLimit: batchByteLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
             var configuration = DeliveryWorker.Configuration()
             configuration.retryPolicy = policy
@@ -60,6 +62,32 @@ import Testing
         // One slot for a batching transport: the eleven waited for the first, then went 8 + 3.
         #expect(fixture.transport.batches == [8, 3], "\(fixture.transport.batches)")
         #expect(fixture.transport.messages.count == 12, "each memo sent once")
+    }
+
+    /// Large memos that arrive while a batch is on its way go out in batches bounded by the transport's
+    /// byte limit, not only its count: ten memos of 1,000 bytes under a 2,500-byte limit wait one window
+    /// for company, then go two by two, each exactly once; what a batch's budget left goes next, without
+    /// another window (nothing new arrived meanwhile).
+    @Test func batchesOfLargeMemosStayWithinTheTransportsByteLimit() async throws {
+        let fixture = try Fixture(.block, batchLimit: 64, batchByteLimit: 2_500, batchWindow: 60_000, maximumWait: 600)
+        defer { fixture.stop() }
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "alone")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        let start = fixture.now
+        var large: [String] = []
+        for index in 0..<10 {
+            large.append(try await fixture.outbox.enqueue(MemoDraft(body: String(repeating: "\(index)", count: 1_000))).id)
+        }
+        fixture.transport.release()
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(first))??.status == .sent })
+        #expect(fixture.waitForDeadline(start + 60_000), "the stream waits one window for company")
+        // Time moves once: a batch that waited for another window would never go.
+        fixture.scheduler.advance(milliseconds: 60_000)
+        #expect(TestServer.waitUntil(timeout: 20) {
+            ([first] + large).allSatisfy { (try? fixture.record($0))??.status == .sent }
+        }, "\(fixture.transport.batches)")
+        #expect(fixture.transport.batches == [2, 2, 2, 2, 2], "\(fixture.transport.batches)")
+        #expect(fixture.transport.messages.map(\.id) == [first] + large, "each memo once, in order")
     }
 
     /// A memo that finds the worker idle goes at once; memos that come while a batch is on its way

@@ -53,4 +53,34 @@ import Testing
         #expect(try await outbox.enqueue(MemoDraft(subject: "s", body: "b", idempotencyKey: "k",
                                                    recipient: "someone@example.com")) == .replayed(id: addressed.id))
     }
+
+    /// A claim takes due memos in order while their sealed contents fit its byte budget, and always the
+    /// first; what it leaves stays due and is claimed next, on both stores.
+    @Test(arguments: RelayStoreKind.available)
+    func aClaimStopsAtItsByteBudgetAndAlwaysTakesOne(store kind: RelayStoreKind) async throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let key = try SymmetricKey.random()
+        let outbox: any MessageOutbox
+        if let database = store.database {
+            outbox = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"))
+        } else {
+            outbox = try Outbox(path: directory.file("jotter.db"), key: key)
+        }
+        defer { outbox.close() }
+        var ids: [String] = []
+        for index in 0..<5 {
+            ids.append(try await outbox.enqueue(MemoDraft(body: String(repeating: "\(index)", count: 1_000))).id)
+        }
+        let one = try outbox.claimDue(limit: 10, maxBytes: 10, leaseMilliseconds: 60_000)
+        #expect(one.map(\.id) == [ids[0]], "the first memo is taken whatever its size")
+        // Each sealed memo is a little over 1,000 bytes: two fit in 2,500, a third does not.
+        let two = try outbox.claimDue(limit: 10, maxBytes: 2_500, leaseMilliseconds: 60_000)
+        #expect(two.map(\.id) == [ids[1], ids[2]])
+        let rest = try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(rest.map(\.id) == [ids[3], ids[4]], "left by the budget, claimed next, in order")
+        #expect((one + two + rest).allSatisfy { $0.attempt == 1 && $0.content?.body.utf8.count == 1_000 })
+        #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000).isEmpty, "each claimed once")
+    }
 }

@@ -228,8 +228,12 @@ public final class DeliveryWorker: @unchecked Sendable {
         if free > 0 {
             gatheringSince = nil
             do {
-                let claimed = try outbox.claimDue(limit: free * batch, leaseMilliseconds: configuration.leaseMilliseconds)
-                backlogged = batch > 1 && claimed.count == free * batch
+                let limit = free * batch, maxBytes = batch > 1 ? transport.batchByteLimit : .max
+                let claimed = try outbox.claimDue(limit: limit, maxBytes: maxBytes,
+                                                  leaseMilliseconds: configuration.leaseMilliseconds)
+                // Full by count: more is waiting, the next batch goes without a window. (A batch cut by
+                // its bytes may wait one window for the next, if more memos arrived meanwhile.)
+                backlogged = batch > 1 && claimed.count == limit
                 for start in stride(from: 0, to: claimed.count, by: batch) {
                     send(Array(claimed[start..<min(start + batch, claimed.count)]))
                 }

@@ -121,6 +121,9 @@ public final class MarkdownTransport: Transport {
     /// one read of the note.
     public var batchLimit: Int { 64 }
 
+    /// At most 4 MiB of memos per batch, so large memos are not all held in memory at once.
+    public var batchByteLimit: Int { 4 << 20 }
+
     public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
         var outcomes = [Result<DeliveryReceipt, DeliveryFailure>](repeating: .failure(DeliveryFailure(.io, permanent: false)),
                                                                   count: messages.count)

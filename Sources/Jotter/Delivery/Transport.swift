@@ -23,6 +23,9 @@ public protocol Transport: Sendable {
     /// How many messages one `send(batch:)` may take; 1 when delivering together shares nothing.
     var batchLimit: Int { get }
 
+    /// How many bytes of memos one batch may hold in memory (the first memo is taken whatever its size).
+    var batchByteLimit: Int { get }
+
     /// Delivers several messages at once, sharing what the destination lets them share (a Maildir:
     /// the folder's fsync). One outcome per message, in order; each is final on its own, as `send`'s.
     func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>]
@@ -33,6 +36,7 @@ extension Transport {
     public func probe() -> Bool { true }
     public var repeatsHarmlessly: Bool { false }
     public var batchLimit: Int { 1 }
+    public var batchByteLimit: Int { .max }
 
     /// One by one.
     public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {

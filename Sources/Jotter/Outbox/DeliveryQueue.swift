@@ -4,8 +4,10 @@
 ///
 /// Every method decides with `DeliveryLifecycle` and only persists; none writes a status in SQL alone.
 public protocol DeliveryQueue: AnyObject, Sendable {
-    /// Claims up to `limit` memos that are due, each held for `leaseMilliseconds`, opened.
-    func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage]
+    /// Claims up to `limit` memos that are due, each held for `leaseMilliseconds`, opened; in order, and
+    /// only while their sealed contents add up to at most `maxBytes` (the first is taken whatever its
+    /// size), so a batch of large memos stays within memory that was planned for.
+    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage]
 
     /// Applies `decide` to memo `id`'s stored lifecycle and persists the result, atomically. Returns the
     /// new lifecycle, or nil when there is no such memo; rethrows the lifecycle's refusal (nothing is
@@ -103,5 +105,12 @@ extension MessageOutbox {
             enqueue(draft) { continuation.resume(returning: $0) }
         }
         return try result.get()
+    }
+}
+
+extension DeliveryQueue {
+    /// Claims up to `limit` due memos, whatever their size.
+    public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+        try claimDue(limit: limit, maxBytes: .max, leaseMilliseconds: leaseMilliseconds)
     }
 }

@@ -109,16 +109,20 @@ public final class Outbox: MessageOutbox {
     /// Claims up to `limit` memos that are due: each `DeliveryLifecycle.claim`ed (a lease of
     /// `leaseMilliseconds`) and opened. Not fsynced on its own: a claim undone by power loss is simply
     /// claimed again.
-    public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try database.write(durable: false) { database in
-            try store.claimable(now: now, limit: limit, in: database).compactMap {
-                candidate -> (String, Int64, [UInt8]?, DeliveryLifecycle)? in
+            var budget = ClaimBudget(maxBytes: maxBytes)
+            var claimed: [(String, Int64, [UInt8]?, DeliveryLifecycle)] = []
+            for candidate in try store.claimable(now: now, limit: limit, in: database) {
+                guard budget.fits(candidate.sealed) else { break }
                 var lifecycle = candidate.lifecycle
-                guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { return nil }
+                guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }
                 try store.persist(lifecycle, id: candidate.id, from: candidate.lifecycle.status, in: database)
-                return (candidate.id, candidate.createdAt, candidate.sealed, lifecycle)
+                budget.take(candidate.sealed)
+                claimed.append((candidate.id, candidate.createdAt, candidate.sealed, lifecycle))
             }
+            return claimed
         }
         return claimed.map { id, createdAt, sealed, lifecycle in
             ClaimedMessage(id: id, createdAt: createdAt, attempt: lifecycle.attempts, backoffStep: lifecycle.backoffStep,

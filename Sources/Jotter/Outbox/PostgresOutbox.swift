@@ -181,7 +181,7 @@ public final class PostgresOutbox: MessageOutbox {
                   .text(lifecycle.erasesBody ? "true" : "false"), .text(id)])
     }
 
-    public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try pool.transaction(serializable: false) { connection -> [(String, Int64, [UInt8]?, DeliveryLifecycle)] in
             // Rows another node is claiming right now are skipped, not waited for. Due messages first,
@@ -198,13 +198,20 @@ public final class PostgresOutbox: MessageOutbox {
                     ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED
                     """, [.integer(now), .integer(Int64(limit - rows.count))]).all
             }
-            return try rows.compactMap { row in
+            // Rows locked here but left out by the byte budget are let go at COMMIT, unclaimed.
+            var budget = ClaimBudget(maxBytes: maxBytes)
+            var claimed: [(String, Int64, [UInt8]?, DeliveryLifecycle)] = []
+            for row in rows {
+                let sealed = row.bytes(2)
+                guard budget.fits(sealed) else { break }
                 let id = row.text(0) ?? ""
                 var lifecycle = Self.lifecycle(row, from: 3)
-                guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { return nil }
+                guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }
                 try Self.persist(lifecycle, id: id, in: connection)
-                return (id, row.int64(1), row.bytes(2), lifecycle)
+                budget.take(sealed)
+                claimed.append((id, row.int64(1), sealed, lifecycle))
             }
+            return claimed
         }
         return claimed.map { id, createdAt, sealed, lifecycle in
             ClaimedMessage(id: id, createdAt: createdAt, attempt: lifecycle.attempts, backoffStep: lifecycle.backoffStep,

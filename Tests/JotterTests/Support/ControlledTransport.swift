@@ -29,14 +29,17 @@ final class ControlledTransport: Transport, @unchecked Sendable {
     private var batchSizes: [Int] = []
     /// How many messages one `send(batch:)` may take (1: the worker sends one at a time).
     let batchLimit: Int
+    /// How many bytes of memos one batch may hold.
+    let batchByteLimit: Int
 
     /// A transport that starts out doing `behaviour`.
     init(_ behaviour: Behaviour = .deliver, forwardingTo next: (any Transport)? = nil, maximumWait: Double = 30,
-         batchLimit: Int = 1) {
+         batchLimit: Int = 1, batchByteLimit: Int = .max) {
         self.behaviour = behaviour
         self.next = next
         self.maximumWait = maximumWait
         self.batchLimit = batchLimit
+        self.batchByteLimit = batchByteLimit
     }
 
     /// The size of each `send(batch:)` call, in order.
