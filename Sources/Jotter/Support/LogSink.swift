@@ -15,7 +15,8 @@ public final class LogSink: Sendable {
 
     private let target: Target
     private let lines = Mutex<[String]>([])
-    private let pending = Mutex<(bytes: [UInt8], scheduled: Bool)>(([], false))
+    /// Lines not yet written; whether a timed drain is scheduled, and whether an immediate one is queued.
+    private let pending = Mutex<(bytes: [UInt8], scheduled: Bool, urgent: Bool)>(([], false, false))
     private let writer = DispatchQueue(label: "jotter.log")
 
     private init(target: Target) {
@@ -37,7 +38,10 @@ public final class LogSink: Sendable {
                 format(&state.bytes)
                 let schedule = !state.scheduled
                 state.scheduled = true
-                return (schedule, state.bytes.count > 65536)
+                // Past 64 KiB, one drain at once: queued once, not again for every line until it runs.
+                let large = !state.urgent && state.bytes.count > 65536
+                if large { state.urgent = true }
+                return (schedule, large)
             }
             if large {
                 writer.async { self.drain() }
@@ -58,6 +62,7 @@ public final class LogSink: Sendable {
             let bytes = state.bytes
             state.bytes.removeAll(keepingCapacity: true)
             state.scheduled = false
+            state.urgent = false
             return bytes
         }
         var offset = 0

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A small logger shaped like swift-log's `Logger`, so it could be swapped for it one day.
 ///
 /// Messages are short constant strings; data goes in metadata. Never put memo text, a subject, an
@@ -102,23 +100,50 @@ public struct Logger: Sendable {
         return String(hundredths / 100) + (fraction < 10 ? ".0" : ".") + String(fraction)
     }
 
-    /// The second a log line last began in, and its text (`2026-12-01T09:30:05`): formatted once a
-    /// second, not once a line.
-    private static let lastSecond = Mutex<(second: Int64, text: [UInt8])>((Int64.min, []))
-
-    /// Appends `2026-12-01T09:30:05.123Z` for `milliseconds`.
+    /// Appends `2026-12-01T09:30:05.123Z` for `milliseconds`: the civil date from the day count by
+    /// integer arithmetic (H. Hinnant's `civil_from_days`), no lock, no `gmtime_r`, no string; this runs
+    /// for every request. A year outside 0000–9999 is left to `Timestamp`.
     static func appendTimestamp(_ milliseconds: Int64, to line: inout [UInt8]) {
-        let second = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
-        let prefix = lastSecond.withLock { cached -> [UInt8] in
-            if cached.second != second {
-                cached = (second, Array(Timestamp.iso8601(milliseconds: second * 1000).utf8.prefix(19)))
-            }
-            return cached.text
+        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
+        let secondOfDay = Int(seconds - days * 86_400), fraction = Int(milliseconds - seconds * 1000)
+        let shifted = days + 719_468  // days since 0000-03-01
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthFromMarch = (5 * dayOfYear + 2) / 153
+        let day = Int(dayOfYear - (153 * monthFromMarch + 2) / 5 + 1)
+        let month = Int(monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9)
+        let year = Int(yearOfEra + era * 400) + (month <= 2 ? 1 : 0)
+        guard (0...9999).contains(year) else {
+            line.append(contentsOf: Timestamp.iso8601(milliseconds: milliseconds).utf8)
+            return
         }
-        line.append(contentsOf: prefix)
-        let fraction = Int(milliseconds - second * 1000)
-        line.append(contentsOf: [0x2E, UInt8(0x30 + fraction / 100), UInt8(0x30 + fraction / 10 % 10),
-                                 UInt8(0x30 + fraction % 10), 0x5A])
+        appendDigits(year, count: 4, to: &line)
+        line.append(0x2D)  // -
+        appendDigits(month, count: 2, to: &line)
+        line.append(0x2D)
+        appendDigits(day, count: 2, to: &line)
+        line.append(0x54)  // T
+        appendDigits(secondOfDay / 3600, count: 2, to: &line)
+        line.append(0x3A)  // :
+        appendDigits(secondOfDay / 60 % 60, count: 2, to: &line)
+        line.append(0x3A)
+        appendDigits(secondOfDay % 60, count: 2, to: &line)
+        line.append(0x2E)  // .
+        appendDigits(fraction, count: 3, to: &line)
+        line.append(0x5A)  // Z
+    }
+
+    /// Appends the last `count` decimal digits of `value` (not negative), zero-padded.
+    private static func appendDigits(_ value: Int, count: Int, to line: inout [UInt8]) {
+        var divisor = 1
+        for _ in 1..<count { divisor *= 10 }
+        while divisor > 0 {
+            line.append(UInt8(0x30 + value / divisor % 10))
+            divisor /= 10
+        }
     }
 
     /// Logs at `.debug`.
