@@ -24,13 +24,7 @@ import Testing
         defer { store.release() }
         let directory = TemporaryDirectory()
         let transport = ControlledTransport()
-        let key = try SymmetricKey.random()
-        let outbox: any MessageOutbox
-        if let database = store.database {
-            outbox = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"))
-        } else {
-            outbox = try Outbox(path: directory.file("jotter.db"), key: key)
-        }
+        let outbox = try Self.outbox(on: store, in: directory)
         let worker = DeliveryWorker(outbox: outbox, transport: transport)
         outbox.setOnAccepted { worker.wake() }
         try worker.start()
@@ -61,13 +55,7 @@ import Testing
         let store = try RelayTestStore(kind)
         defer { store.release() }
         let directory = TemporaryDirectory()
-        let key = try SymmetricKey.random()
-        let outbox: any MessageOutbox
-        if let database = store.database {
-            outbox = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"))
-        } else {
-            outbox = try Outbox(path: directory.file("jotter.db"), key: key)
-        }
+        let outbox = try Self.outbox(on: store, in: directory)
         defer { outbox.close() }
         var ids: [String] = []
         for index in 0..<5 {
@@ -82,5 +70,14 @@ import Testing
         #expect(rest.map(\.id) == [ids[3], ids[4]], "left by the budget, claimed next, in order")
         #expect((one + two + rest).allSatisfy { $0.attempt == 1 && $0.content?.body.utf8.count == 1_000 })
         #expect(try outbox.claimDue(limit: 10, leaseMilliseconds: 60_000).isEmpty, "each claimed once")
+    }
+
+    /// A fresh outbox with a new key: in `store`'s PostgreSQL database, or a SQLite file in `directory`.
+    private static func outbox(on store: RelayTestStore, in directory: TemporaryDirectory) throws -> any MessageOutbox {
+        let key = try SymmetricKey.random()
+        if let database = store.database {
+            return try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"))
+        }
+        return try Outbox(path: directory.file("jotter.db"), key: key)
     }
 }
