@@ -76,7 +76,8 @@ import Testing
         let start = fixture.now
         var large: [String] = []
         for index in 0..<10 {
-            large.append(try await fixture.outbox.enqueue(MemoDraft(body: String(repeating: "\(index)", count: 1_000))).id)
+            let body = String(repeating: "\(index)", count: 1_000)
+            large.append(try await fixture.outbox.enqueue(MemoDraft(body: body)).id)
         }
         fixture.transport.release()
         #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(first))??.status == .sent })

@@ -106,9 +106,9 @@ public final class Outbox: MessageOutbox {
 
     // MARK: Lifecycle
 
-    /// Claims up to `limit` memos that are due: each `DeliveryLifecycle.claim`ed (a lease of
-    /// `leaseMilliseconds`) and opened. Not fsynced on its own: a claim undone by power loss is simply
-    /// claimed again.
+    /// Claims up to `limit` memos that are due, while their sealed contents fit `maxBytes` (the first
+    /// whatever its size): each `DeliveryLifecycle.claim`ed (a lease of `leaseMilliseconds`) and
+    /// opened. Not fsynced on its own: a claim undone by power loss is simply claimed again.
     public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try database.write(durable: false) { database in
