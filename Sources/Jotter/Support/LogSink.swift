@@ -17,6 +17,10 @@ public final class LogSink: Sendable {
     private let lines = Mutex<[String]>([])
     /// Lines not yet written; whether a timed drain is scheduled, and whether an immediate one is queued.
     private let pending = Mutex<(bytes: [UInt8], scheduled: Bool, urgent: Bool)>(([], false, false))
+    /// The other buffer: a drain swaps it in for the pending one and keeps the one it wrote, emptied but
+    /// with its capacity, for the next swap. A busy server writes megabytes of lines a second; a fresh
+    /// buffer per drain meant fresh pages, which the kernel faults in and zeroes, for every one of them.
+    private let spare = Mutex<[UInt8]>([])
     private let writer = DispatchQueue(label: "jotter.log")
 
     private init(target: Target) {
@@ -58,12 +62,24 @@ public final class LogSink: Sendable {
     /// Runs on `writer` only, so two drains never interleave their writes.
     private func drain() {
         dispatchPrecondition(condition: .onQueue(writer))
-        let bytes = pending.withLock { state -> [UInt8] in
-            let bytes = state.bytes
-            state.bytes.removeAll(keepingCapacity: true)
+        var bytes = spare.withLock { spare in
+            var taken: [UInt8] = []
+            swap(&taken, &spare)
+            return taken
+        }
+        pending.withLock { state in
+            swap(&bytes, &state.bytes)
             state.scheduled = false
             state.urgent = false
-            return bytes
+        }
+        defer {
+            // Kept for the next swap, unless a burst made it large.
+            if bytes.capacity <= 1 << 20 {
+                bytes.removeAll(keepingCapacity: true)
+            } else {
+                bytes = []
+            }
+            spare.withLock { swap(&$0, &bytes) }
         }
         var offset = 0
         while offset < bytes.count {
