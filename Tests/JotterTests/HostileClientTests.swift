@@ -139,14 +139,44 @@ import Testing
         var list: [Int32] { descriptors.withLock { $0 } }
     }
 
-    static func registry(perClient: Int = 16, total: Int = 64, header: UInt64 = 10, request: UInt64 = 60)
-        -> (ConnectionRegistry, Closed) {
+    static func registry(perClient: Int = 16, total: Int = 64, header: UInt64 = 10, request: UInt64 = 60,
+                         checked: Closed = Closed()) -> (ConnectionRegistry, Closed) {
         let closed = Closed()
         let registry = ConnectionRegistry(
             limits: .init(perClient: perClient, total: total, headerTimeout: header * second,
                           requestTimeout: request * second),
-            closeSocket: { fd in closed.descriptors.withLock { $0.append(fd) } })
+            closeSocket: { fd in closed.descriptors.withLock { $0.append(fd) } },
+            endIfPeerFinished: { fd in
+                checked.descriptors.withLock { $0.append(fd) }
+                return false
+            })
         return (registry, closed)
+    }
+
+    /// Only a connection's first request is checked for an end-of-file inline; after each later one the
+    /// sweep looks once, while the connection waits for its next request, never during one.
+    @Test func theSweepLooksForAFinishedPeerOnceAfterEachLaterRequest() {
+        let checked = Closed()
+        let (registry, _) = Self.registry(checked: checked)
+        let idle = registry.opened(descriptor: 10, client: "a", now: 0)
+        let busy = registry.opened(descriptor: 11, client: "a", now: 0)
+        let fresh = registry.opened(descriptor: 12, client: "a", now: 0)
+        #expect(registry.answering(idle).first, "a first request")
+        registry.requestEnded(idle, now: 1)
+        registry.answering(busy)
+        registry.requestEnded(busy, now: 1)
+        registry.headersReceived(busy)  // its second request is arriving
+        registry.sweep(now: 2)
+        #expect(checked.list == [10], "the idle one, not one in a request, not one never served")
+        registry.sweep(now: 3)
+        #expect(checked.list == [10], "once per request")
+        #expect(!registry.answering(idle).first, "a later request")
+        registry.sweep(now: 4)
+        #expect(checked.list == [10], "not while it is being answered")
+        registry.requestEnded(idle, now: 5)
+        registry.sweep(now: 6)
+        #expect(checked.list == [10, 10], "and again after that request")
+        #expect(registry.answering(fresh).first)
     }
 
     @Test func thisMachineIsOneClient() {
@@ -331,6 +361,25 @@ final class Peer {
         }
     }
 
+    /// One whole response (headers and a `Content-Length` body), without waiting for the server to close.
+    func nextResponse(timeout: Double = 30) -> RawHTTP.Response? {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let deadline = Date().addingTimeInterval(timeout)
+        while deadline.timeIntervalSinceNow > 0 {
+            if let response = RawHTTP.parse(received),
+               response.body.count >= Int(response.header("Content-Length") ?? "0") ?? 0 {
+                return response
+            }
+            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 1000) <= 0 { continue }
+            let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { return nil }
+            received += buffer[0..<count]
+        }
+        return nil
+    }
+
     /// The first response the server sent before closing (nil if it sent none).
     func response(timeout: Double = 30) -> RawHTTP.Response? {
         RawHTTP.parse(readAll(timeout: timeout).bytes)
@@ -425,6 +474,31 @@ extension TestServer {
         #expect(ids.count == 40)
         #expect(try server.storedCount() == ids.count, "as many memos stored as answered")
         withExtendedLifetime(idle) {}
+        #expect(!server.logs.captured.contains("status=aborted"))
+    }
+
+    /// A keep-alive client whose later request comes with its end-of-file (its first came alone) gets
+    /// its answer, and the connection ends soon after, not at a timeout (they are two minutes away here).
+    /// Later requests are not checked inline; the registry's sweep looks once after each.
+    @Test func aHalfCloseAfterALaterRequestEndsTheConnection() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.http.headerTimeoutSeconds = 120
+            $0.http.idleTimeoutSeconds = 120
+        }
+        defer { server.stop() }
+        let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\n\r\n"
+        for (later, status) in [(healthz, 200), (server.post("a later memo"), 204)] {
+            let peer = try Peer(port: server.port)
+            #expect(peer.send(healthz))
+            #expect(peer.nextResponse(timeout: 30)?.status == 200, "the first answer; the connection stays")
+            #expect(peer.send(later))
+            peer.halfClose()
+            let (bytes, closed) = peer.readAll(timeout: 30)
+            #expect(RawHTTP.parse(bytes)?.status == status)
+            #expect(closed, "the connection ends after its answer")
+        }
+        #expect(try server.storedCount() == 1)
         #expect(!server.logs.captured.contains("status=aborted"))
     }
 

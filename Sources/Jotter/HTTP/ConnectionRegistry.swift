@@ -19,6 +19,14 @@ import Synchronization
 /// Closing is `shutdown(2)` on the socket, under the registry's lock: libmicrohttpd sees the peer gone
 /// and cleans up as for any client that leaves. It reports the end (`closed`, which drops the record)
 /// before it closes the descriptor, so a descriptor shut here is never another connection's.
+///
+/// A client may end its half of the connection right after a request (`nc -N`). libmicrohttpd 0.9.75
+/// notices only on another epoll edge, which an end-of-file that came with the request never brings,
+/// so the connection would linger until a timeout. The first request of a connection is checked at
+/// once (`HTTPServer`, answered with `Connection: close`); after every later one the sweep looks once,
+/// while the connection waits for its next request, and shuts the reading side of one whose peer has
+/// finished: that is the edge libmicrohttpd waits for, and it closes the connection as for any client
+/// that leaves. Keep-alive requests thus cost no system call for it.
 final class ConnectionRegistry: Sendable {
     /// Limits; times in nanoseconds.
     struct Limits: Sendable {
@@ -50,6 +58,10 @@ final class ConnectionRegistry: Sendable {
         var headersReceived = false
         var answering = false
         var closing: Closing?
+        /// A request on this connection has ended: the next is not its first.
+        var served = false
+        /// Since its last request ended, the sweep has looked for its peer's end-of-file.
+        var endChecked = false
     }
 
     private struct State {
@@ -64,11 +76,23 @@ final class ConnectionRegistry: Sendable {
     private let state = Mutex(State())
     let limits: Limits
     private let closeSocket: @Sendable (Int32) -> Void
+    private let endIfPeerFinished: @Sendable (Int32) -> Bool
 
-    /// A registry that closes sockets with `closeSocket` (tests record instead).
-    init(limits: Limits, closeSocket: @escaping @Sendable (Int32) -> Void = { _ = shutdown($0, Int32(SHUT_RDWR)) }) {
+    /// A registry that closes sockets with `closeSocket`, and ends the reading side of one whose peer
+    /// has finished with `endIfPeerFinished` (tests record instead).
+    init(limits: Limits, closeSocket: @escaping @Sendable (Int32) -> Void = { _ = shutdown($0, Int32(SHUT_RDWR)) },
+         endIfPeerFinished: @escaping @Sendable (Int32) -> Bool = ConnectionRegistry.endIfPeerFinished) {
         self.limits = limits
         self.closeSocket = closeSocket
+        self.endIfPeerFinished = endIfPeerFinished
+    }
+
+    /// If the peer of socket `descriptor` has sent its end-of-file and nothing waits to be read, shuts
+    /// the socket's reading side (a new epoll edge; reads then end as the peer's end-of-file would).
+    static func endIfPeerFinished(_ descriptor: Int32) -> Bool {
+        var byte: UInt8 = 0
+        guard recv(descriptor, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0 else { return false }
+        return shutdown(descriptor, Int32(SHUT_RD)) == 0
     }
 
     /// Registers a new connection and makes room for it; returns its id. If no room can be made, the
@@ -99,13 +123,13 @@ final class ConnectionRegistry: Sendable {
     }
 
     /// The request is complete and being answered: it is never closed here until it ends. Returns the
-    /// peer's address as given at `opened`.
+    /// peer's address as given at `opened`, and whether this is the connection's first request.
     @discardableResult
-    func answering(_ id: Int) -> String? {
+    func answering(_ id: Int) -> (address: String?, first: Bool) {
         state.withLock { state in
-            guard let index = state.records.index(forKey: id) else { return nil }
+            guard let index = state.records.index(forKey: id) else { return (nil, true) }
             state.records.values[index].answering = true
-            return state.records.values[index].address
+            return (state.records.values[index].address, !state.records.values[index].served)
         }
     }
 
@@ -117,6 +141,8 @@ final class ConnectionRegistry: Sendable {
             state.records.values[index].since = now
             state.records.values[index].headersReceived = false
             state.records.values[index].answering = false
+            state.records.values[index].served = true
+            state.records.values[index].endChecked = false
         }
     }
 
@@ -133,10 +159,19 @@ final class ConnectionRegistry: Sendable {
         state.withLock { $0.records[id]?.closing }
     }
 
-    /// Closes every connection past its deadline; returns how many, by reason.
+    /// Closes every connection past its deadline; returns how many, by reason. And once after each of
+    /// its requests but the first, ends the reading side of a connection waiting for its next request
+    /// whose peer has finished (see the type's notes).
     @discardableResult
     func sweep(now: UInt64) -> [Closing: Int] {
         state.withLock { state in
+            for index in state.records.indices {
+                let record = state.records.values[index]
+                guard record.served, !record.endChecked, record.closing == nil, !record.headersReceived,
+                      !record.answering else { continue }
+                state.records.values[index].endChecked = true
+                _ = endIfPeerFinished(record.descriptor)
+            }
             var late: [(id: Int, reason: Closing)] = []
             for (id, record) in state.records where record.closing == nil && !record.answering {
                 let elapsed = now >= record.since ? now - record.since : 0

@@ -176,12 +176,13 @@ extension HTTPServer {
                 return queue(refusal, context)
             }
             context.dispatched = true
+            // The peer's address, formatted once per connection rather than once per request.
+            let (address, first) = registry.answering(context.connectionID)
             // libmicrohttpd 0.9.75 takes a short read to mean "drained" and waits for the next epoll edge;
             // an end-of-file that came with the request (nc -N) brings none, so it would notice only at a
-            // timeout. Seen now, the answer says Connection: close and the connection ends with it.
-            context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0
-            // The peer's address, formatted once per connection rather than once per request.
-            let address = registry.answering(context.connectionID)
+            // timeout. Seen now, the answer says Connection: close and the connection ends with it. Only a
+            // connection's first request is checked here; after a later one the registry's sweep looks.
+            if first { context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0 }
             let request = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
                                       headers: context.headers, body: context.body,
                                       remoteAddress: address ?? Self.clientAddress(context.connection))

@@ -203,7 +203,8 @@ public final class HTTPServer: Sendable {
         if taken.descriptor >= 0 { close(taken.descriptor) }
     }
 
-    /// Four times a second: close connections past their deadline, give memory back after a burst.
+    /// Four times a second: close connections past their deadline, end those whose peer finished after a
+    /// later request (`ConnectionRegistry`), give memory back after a burst.
     private func startSweeper() -> any DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "jotter.http.sweeper"))
         let registry = registry, bodyBudget = bodyBudget, logger = logger
