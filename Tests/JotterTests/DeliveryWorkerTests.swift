@@ -116,25 +116,6 @@ import Testing
         #expect(fixture.transport.batches == [5])
     }
 
-    /// One memo that arrives while a batch is on its way, alone, is someone sending the next memo right
-    /// after the last: it goes as soon as the slot is free, without waiting the window (a minute of
-    /// manual time that never passes here).
-    @Test func aSingleMemoAfterABatchGoesWithoutTheWindow() async throws {
-        let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 60_000, maximumWait: 600)
-        defer { fixture.stop() }
-        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
-        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
-        fixture.transport.block()
-        let first = try await fixture.outbox.enqueue(MemoDraft(body: "on its way")).id
-        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
-        let next = try await fixture.outbox.enqueue(MemoDraft(body: "the next one")).id
-        fixture.transport.release()
-        #expect(TestServer.waitUntil(timeout: 20) {
-            [first, next].allSatisfy { (try? fixture.record($0))??.status == .sent }
-        }, "no window for one memo")
-        #expect(fixture.transport.messages.count == 3)
-    }
-
     /// A stream of memos accepted while the one slot is sending: each wake-up finds a pump already
     /// coming (the finishing send's), so the worker is not woken, and its timer not re-armed, once per
     /// memo; the stream still goes out, in the next batches.
