@@ -438,15 +438,20 @@ extension TestServer {
 // MARK: Every complete request gets exactly one answer (item 1)
 
 @Suite struct HalfCloseTests {
+    /// A server whose deadlines are two minutes away: a connection that ends must end because its
+    /// answer ended it, not a timeout.
+    static func serverWithDistantDeadlines(_ directory: TemporaryDirectory) throws -> TestServer {
+        try TestServer(dataDirectory: directory.file("data")) {
+            $0.http.headerTimeoutSeconds = 120
+            $0.http.idleTimeoutSeconds = 120
+        }
+    }
+
     /// Clients that send a complete POST and then half-close (`nc -N`), many at once and with other
     /// connections open: each gets its 204, and exactly the answered memos are stored.
     @Test func halfClosedPostsAllGetTheirAnswers() throws {
         let directory = TemporaryDirectory()
-        // Deadlines far away: the connections must end because the answer ends them, not a timeout.
-        let server = try TestServer(dataDirectory: directory.file("data")) {
-            $0.http.headerTimeoutSeconds = 120
-            $0.http.idleTimeoutSeconds = 120
-        }
+        let server = try Self.serverWithDistantDeadlines(directory)
         defer { server.stop() }
         let idle = try (0..<4).map { _ in try Peer(port: server.port) }
         let peers = try (0..<40).map { index in
@@ -482,10 +487,7 @@ extension TestServer {
     /// Later requests are not checked inline; the registry's sweep looks once after each.
     @Test func aHalfCloseAfterALaterRequestEndsTheConnection() throws {
         let directory = TemporaryDirectory()
-        let server = try TestServer(dataDirectory: directory.file("data")) {
-            $0.http.headerTimeoutSeconds = 120
-            $0.http.idleTimeoutSeconds = 120
-        }
+        let server = try Self.serverWithDistantDeadlines(directory)
         defer { server.stop() }
         let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\n\r\n"
         for (later, status) in [(healthz, 200), (server.post("a later memo"), 204)] {

@@ -173,7 +173,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         guard !wakePending.exchange(true, ordering: .acquiringAndReleasing) else { return }
         control.async {
             self.wakePending.store(false, ordering: .releasing)
-            // A stream (this memo came while others are on their way): gather the next batch.
+            // A stream (this memo came while the transport is sending others): gather the next batch.
             if self.gatheringSince == nil, self.inFlight > 0, self.transportSending.load(ordering: .relaxed) {
                 self.gatheringSince = self.clock.nowMilliseconds()
             }

@@ -18,8 +18,7 @@ public final class LogSink: Sendable {
     /// Lines not yet written; whether a timed drain is scheduled, and whether an immediate one is queued.
     private let pending = Mutex<(bytes: [UInt8], scheduled: Bool, urgent: Bool)>(([], false, false))
     /// The other buffer: a drain swaps it in for the pending one and keeps the one it wrote, emptied but
-    /// with its capacity, for the next swap. A busy server writes megabytes of lines a second; a fresh
-    /// buffer per drain meant fresh pages, which the kernel faults in and zeroes, for every one of them.
+    /// with its capacity, for the next swap, instead of allocating a buffer of that size per drain.
     private let spare = Mutex<[UInt8]>([])
     private let writer = DispatchQueue(label: "jotter.log")
 
