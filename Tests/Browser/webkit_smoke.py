@@ -67,11 +67,17 @@ class WebKitSession:
     def start(self, proxy_port, timeout):
         self.timeout = timeout
         binary = minibrowser()
+        authority = os.path.join(self.directory, "Xauthority")
+        open(authority, "a").close()  # as xvfb-run does for its own: xauth warns about a missing file
         # The port can be taken between the check and the driver's bind: then try another.
         for _ in range(3):
             self.port = free_port()
+            # The X authority file in this session's own directory: xvfb-run would otherwise make a
+            # directory in /tmp for it, which it removes only when it exits by itself, not when its
+            # group is stopped (every run left one).
             self.process = subprocess.Popen(
-                ["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24 -nolisten tcp",
+                ["xvfb-run", "-a", "-f", authority,
+                 "-s", "-screen 0 1280x1024x24 -nolisten tcp",
                  DRIVER, "--port=%d" % self.port, "--host=local"],
                 stdin=subprocess.DEVNULL, stdout=self.output, stderr=subprocess.STDOUT, start_new_session=True)
             if self._wait_until_listening(timeout):
