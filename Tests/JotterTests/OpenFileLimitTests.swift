@@ -9,8 +9,9 @@ import Testing
     /// The binary under `ulimit`; deadlines far away, so a connection gets in because the registry made
     /// room, not because an idle one timed out.
     static func server(ulimit: String, in directory: TemporaryDirectory) throws -> ServeProcess {
-        try ServeProcess(directory: directory, arguments: ["--connections-per-client", "2000", "--header-timeout", "120",
-                                                           "--request-timeout", "120"], ulimit: ulimit)
+        try ServeProcess(directory: directory,
+                         arguments: ["--connections-per-client", "2000", "--header-timeout", "120",
+                                     "--request-timeout", "120"], ulimit: ulimit)
     }
 
     /// The soft and hard "Max open files" of `server`'s process.

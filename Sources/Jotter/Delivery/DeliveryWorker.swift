@@ -92,7 +92,9 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let coverage = Atomic<Int>(Coverage.idle.rawValue)
     /// When the first memo arrived while every slot was busy (0: none since the last pump).
     private let arrivedWhileBusy = Atomic<Int64>(0)
-    /// A transport's `send` is running (not the bookkeeping after it).
+    /// A transport's `send` is running (not the bookkeeping after it). Exact for one slot; with several it
+    /// is the latest send's state, which does not matter there: only a batching transport (one slot)
+    /// waits a window for company.
     private let transportSending = Atomic<Bool>(false)
     /// When a wake-up first found the worker gathering a batch (nil: not gathering).
     private var gatheringSince: Int64?

@@ -26,7 +26,8 @@ struct MessageStore: Sendable {
     /// key), so neither hash is computed — two HMACs less on the common path.
     func hashes(_ draft: MemoDraft) -> (idempotency: [UInt8], payload: [UInt8])? {
         guard let key = draft.idempotencyKey else { return nil }
-        return (HMAC.sha256(Array(key.utf8), key: hashingKey), HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey))
+        return (HMAC.sha256(Array(key.utf8), key: hashingKey),
+                HMAC.sha256(Self.canonicalPayload(draft), key: hashingKey))
     }
 
     /// `draft` sealed under a new id, accepted at `now`. (Both stores insert exactly this.)

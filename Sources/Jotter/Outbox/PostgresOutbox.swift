@@ -149,7 +149,8 @@ public final class PostgresOutbox: MessageOutbox {
                 return .success(.accepted(id: memo.id))
             }
             let existing = try connection.execute(
-                "SELECT id, payload_hash FROM jotter_messages WHERE idempotency_hash = $1", [.bytes(hashes.idempotency)]).first
+                "SELECT id, payload_hash FROM jotter_messages WHERE idempotency_hash = $1",
+                [.bytes(hashes.idempotency)]).first
             guard let existing, let id = existing.text(0), let stored = existing.bytes(1) else {
                 throw PostgresConnection.Failure(sqlState: "40001", kind: "statement")  // gone meanwhile: again
             }

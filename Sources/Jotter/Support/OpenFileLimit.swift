@@ -57,10 +57,12 @@ public enum OpenFileLimit {
     public static func fit(_ configuration: inout HTTPServer.Configuration, logger: Logger) {
         let fitted = fit(connections: configuration.connectionLimit)
         guard fitted.connections < configuration.connectionLimit else { return }
-        logger.warning("the open-file limit admits fewer connections than configured; raise it (ulimit -n, LimitNOFILE=)",
+        logger.warning("the open-file limit admits fewer connections than configured; "
+                       + "raise it (ulimit -n, LimitNOFILE=)",
                        metadata: ["connections": String(fitted.connections),
                                   "configured": String(configuration.connectionLimit),
-                                  "open_files.soft": String(fitted.softLimit), "open_files.hard": String(fitted.hardLimit)])
+                                  "open_files.soft": String(fitted.softLimit),
+                                  "open_files.hard": String(fitted.hardLimit)])
         configuration.connectionLimit = fitted.connections
     }
 }

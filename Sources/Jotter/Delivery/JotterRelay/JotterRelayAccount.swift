@@ -91,10 +91,12 @@ final class JotterRelayAccount: Sendable {
     /// Calls the relay as this device; a `401` (unknown to the relay) re-registers once and tries again.
     func call(_ path: String, method: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> JotterRelayClient.Answer {
-        let answer = try client.call(path, method: method, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+        let answer = try client.call(path, method: method, secret: try secret(), json: body,
+                                     idempotencyKey: idempotencyKey)
         guard answer.status == 401 else { return answer }
         try forget()
-        return try client.call(path, method: method, secret: try secret(), json: body, idempotencyKey: idempotencyKey)
+        return try client.call(path, method: method, secret: try secret(), json: body,
+                               idempotencyKey: idempotencyKey)
     }
 
     /// Asks the relay to mail a code to `address` (in `language`); on `202` it is the pending address.
@@ -147,7 +149,8 @@ final class JotterRelayAccount: Sendable {
                  UInt8(ascii: "~"), UInt8(ascii: "@"):
                 segment.unicodeScalars.append(Unicode.Scalar(byte))
             default:
-                segment += "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 0x0F, radix: 16, uppercase: true)
+                segment += "%" + String(byte >> 4, radix: 16, uppercase: true)
+                    + String(byte & 0x0F, radix: 16, uppercase: true)
             }
         }
         return segment

@@ -38,8 +38,9 @@ struct JotterRelayClient: Sendable {
             var headers = ["Accept: application/json"]
             if let secret { headers.append("Authorization: Bearer \(secret)") }
             if let idempotencyKey { headers.append("Idempotency-Key: \(idempotencyKey)") }
-            let answer = try JSONExchange.perform(handle, method: method, base: baseURL, path: path, headers: headers, body: body,
-                                                  caFile: caFile, timeoutSeconds: timeoutSeconds, clock: clock)
+            let answer = try JSONExchange.perform(handle, method: method, base: baseURL, path: path, headers: headers,
+                                                  body: body, caFile: caFile, timeoutSeconds: timeoutSeconds,
+                                                  clock: clock)
             return Answer(status: answer.status, json: try? JSONValue.parse(answer.body),
                           retryAfterMilliseconds: answer.retryAfterMilliseconds)
         }
