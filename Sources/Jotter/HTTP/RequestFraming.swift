@@ -117,7 +117,11 @@ enum RequestFraming {
     /// only (`+80`, ` 80` and `80x` are malformed). Whether the name is one Jotter answers to is
     /// `RequestPolicy`'s question.
     static func isValidHost(_ value: String) -> Bool {
-        let bytes = Array(value.utf8)
+        var value = value
+        return value.withUTF8 { isValidHost(bytes: $0) }  // the string's own bytes, not a copy
+    }
+
+    private static func isValidHost(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         var rest = bytes[...]
         if rest.first == UInt8(ascii: "[") {
             guard let close = rest.firstIndex(of: UInt8(ascii: "]")) else { return false }
