@@ -11,6 +11,8 @@ import Testing
         let scheduler = ManualScheduler()
         let transport: ControlledTransport
         let outbox: Outbox
+        /// The outbox as the worker sees it: its recording of outcomes can be held at a gate.
+        let gated: GatedQueue
         let worker: DeliveryWorker
 
         init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0),
@@ -19,10 +21,11 @@ import Testing
             transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit,
                                             batchByteLimit: batchByteLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+            gated = GatedQueue(outbox)
             var configuration = DeliveryWorker.Configuration()
             configuration.retryPolicy = policy
             configuration.batchWindowMilliseconds = batchWindow
-            worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: configuration,
+            worker = DeliveryWorker(outbox: gated, transport: transport, configuration: configuration,
                                     clock: scheduler.clock, scheduler: scheduler)
             let worker = worker
             outbox.setOnAccepted { worker.wake() }
@@ -114,6 +117,29 @@ import Testing
         fixture.scheduler.advance(milliseconds: 20)
         #expect(TestServer.waitUntil(timeout: 20) { stream.allSatisfy { (try? fixture.record($0))??.status == .sent } })
         #expect(fixture.transport.batches == [5])
+    }
+
+    /// A memo that comes after the transport has taken the memo before, while the worker is still
+    /// recording that delivery, is someone sending the next memo as the last arrived: it goes as soon as
+    /// the recording is done, without waiting the batch window (time does not move in this test).
+    @Test func aMemoArrivingWhileADeliveryIsBeingRecordedGoesAtOnce() async throws {
+        let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 20, maximumWait: 600)
+        defer { fixture.stop() }
+        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle")
+        let start = fixture.now
+        fixture.gated.close()
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "finds the worker idle")).id
+        #expect(fixture.gated.waitUntilWaiting(timeout: 20), "the transport took it; its recording waits")
+        #expect(fixture.transport.messages.count == 2)
+        let next = try await fixture.outbox.enqueue(MemoDraft(body: "sent as the last one is recorded")).id
+        fixture.gated.open()
+        #expect(TestServer.waitUntil(timeout: 20) {
+            [first, next].allSatisfy { (try? fixture.record($0))??.status == .sent }
+        }, "no window: the next one went once the first was recorded")
+        #expect(fixture.now == start, "time never moved")
+        #expect(fixture.transport.messages.count == 3, "each once, one at a time")
     }
 
     /// A stream of memos accepted while the one slot is sending: each wake-up finds a pump already
@@ -402,4 +428,76 @@ private final class LockingTransport: Transport, @unchecked Sendable {
     }
 
     var repeatsHarmlessly: Bool { false }
+}
+
+/// An `Outbox` as the delivery worker sees it, whose recording of outcomes (the `transition` calls) can be
+/// held at a gate: a test then acts while the worker is between a send and its bookkeeping. Everything else
+/// is passed straight through.
+final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `waiting` only under `condition`
+    private let outbox: Outbox
+    private let condition = NSCondition()
+    private var closed = false
+    private var waiting = 0
+
+    init(_ outbox: Outbox) {
+        self.outbox = outbox
+    }
+
+    /// Later recordings wait until `open()`.
+    func close() {
+        condition.withLock { closed = true }
+    }
+
+    /// Lets waiting and later recordings through.
+    func open() {
+        condition.withLock {
+            closed = false
+            condition.broadcast()
+        }
+    }
+
+    /// Polls until a recording waits at the gate.
+    func waitUntilWaiting(timeout: Double) -> Bool {
+        TestServer.waitUntil(timeout: timeout) { self.condition.withLock { self.waiting > 0 } }
+    }
+
+    private func pass() {
+        condition.withLock {
+            waiting += 1
+            while closed { condition.wait() }
+            waiting -= 1
+        }
+    }
+
+    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+        try outbox.claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds)
+    }
+
+    func transition(id: String, durable: Bool,
+                    _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> DeliveryLifecycle? {
+        pass()
+        return try outbox.transition(id: id, durable: durable, decide)
+    }
+
+    func transition(ids: [String], durable: Bool,
+                    _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
+        -> [String: DeliveryLifecycle] {
+        pass()
+        return try outbox.transition(ids: ids, durable: durable, decide)
+    }
+
+    func heldReason(among reasons: Set<String>) throws -> String? { try outbox.heldReason(among: reasons) }
+    func holdWaiting(reason: String) throws -> Int { try outbox.holdWaiting(reason: reason) }
+    func releaseHeld(reasons: Set<String>, limit: Int) throws -> Int {
+        try outbox.releaseHeld(reasons: reasons, limit: limit)
+    }
+    func makeRetriesDue() throws { try outbox.makeRetriesDue() }
+    func recoverInterrupted() throws -> Int { try outbox.recoverInterrupted() }
+    func nextDueAt() throws -> Int64? { try outbox.nextDueAt() }
+    func purgeSubjects(deliveredBefore cutoff: Int64) throws { try outbox.purgeSubjects(deliveredBefore: cutoff) }
+    func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {
+        try outbox.stuck(acceptedBefore: cutoff, limit: limit)
+    }
+    var leasesAreShared: Bool { outbox.leasesAreShared }
 }
