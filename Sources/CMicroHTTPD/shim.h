@@ -12,6 +12,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <stddef.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/prctl.h>
@@ -176,6 +178,22 @@ static inline int jotter_mhd_peer_finished(struct MHD_Connection *connection) {
     int fd = jotter_mhd_connection_fd(connection);
     char byte;
     return fd >= 0 && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/// How many bytes the peer has sent on this TCP connection so far (Linux's tcpi_bytes_received, 4.1+), or
+/// -1 if the kernel does not say. Read from TCP_INFO's bytes: `struct tcp_info` is declared differently by
+/// glibc's and Linux's headers, which cannot both be in one Swift build; the field's place is fixed by
+/// Linux's ABI (fields are only ever added at the end): byte 128, 8 bytes.
+static inline long long jotter_mhd_bytes_received(struct MHD_Connection *connection) {
+    enum { tcp_info_option = 11, bytes_received_offset = 128 };
+    int fd = jotter_mhd_connection_fd(connection);
+    unsigned char info[256];
+    socklen_t size = sizeof info;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, tcp_info_option, info, &size) != 0) return -1;
+    if (size < bytes_received_offset + sizeof(uint64_t)) return -1;
+    uint64_t received;
+    memcpy(&received, info + bytes_received_offset, sizeof received);
+    return (long long)received;
 }
 
 /// Gives freed heap memory back to the system (glibc; malloc.h).

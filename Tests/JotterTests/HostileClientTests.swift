@@ -504,6 +504,30 @@ extension TestServer {
         #expect(!server.logs.captured.contains("status=aborted"))
     }
 
+    /// Pipelined requests sent at once and then the end-of-file (`printf '…' | nc -N`): every one gets
+    /// its answer, in order, and then the connection ends, not at a timeout (two minutes away here). The
+    /// first request's inline check sees the end-of-file but also that more was sent than that request.
+    @Test func pipelinedRequestsBeforeAHalfCloseAreAllAnswered() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.serverWithDistantDeadlines(directory)
+        defer { server.stop() }
+        let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:\(server.port)\r\n\r\n"
+        let cases: [(requests: [String], statuses: [Int])] = [
+            ([healthz, healthz], [200, 200]),
+            ([server.post("pipelined first"), healthz, server.post("pipelined last")], [204, 200, 204]),
+        ]
+        for (requests, statuses) in cases {
+            let peer = try Peer(port: server.port)
+            #expect(peer.send(requests.joined()))
+            peer.halfClose()
+            let (bytes, closed) = peer.readAll(timeout: 30)
+            #expect(RawHTTP.responses(in: bytes).map(\.status) == statuses)
+            #expect(closed, "the connection ends after the last answer")
+        }
+        #expect(try server.storedCount() == 2)
+        #expect(!server.logs.captured.contains("status=aborted"))
+    }
+
     /// A client that leaves for good (reset) while its memo is being stored: the memo stays stored, and
     /// the log names its id, so a retry without an Idempotency-Key can be recognised.
     @Test func anAbandonedAnswerIsLoggedWithItsMessageID() throws {

@@ -180,9 +180,14 @@ extension HTTPServer {
             let (address, first) = registry.answering(context.connectionID)
             // libmicrohttpd 0.9.75 takes a short read to mean "drained" and waits for the next epoll edge;
             // an end-of-file that came with the request (nc -N) brings none, so it would notice only at a
-            // timeout. Seen now, the answer says Connection: close and the connection ends with it. Only a
-            // connection's first request is checked here; after a later one the registry's sweep looks.
-            if first { context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0 }
+            // timeout. Seen now, the answer says Connection: close and the connection ends with it — unless
+            // the client sent more than this request (pipelined requests, already in libmicrohttpd's
+            // buffer): those are answered first, and the registry's sweep ends the connection once it is
+            // idle. Only a connection's first request is checked here; after a later one the sweep looks.
+            if first {
+                context.peerFinished = jotter_mhd_peer_finished(context.connection) != 0
+                    && !sentMoreThan(context, bodyBytes: context.body.count)
+            }
             let request = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
                                       headers: context.headers, body: context.body,
                                       remoteAddress: address ?? Self.clientAddress(context.connection))
@@ -196,6 +201,19 @@ extension HTTPServer {
             return answerIfReady(context, suspending: false)
         }
         return answerIfReady(context, suspending: true)
+    }
+
+    /// Whether a client that has finished sending sent more than its connection's first request: its
+    /// headers as libmicrohttpd measured them and `bodyBytes` of body. A chunked body's framing counts as
+    /// more (then the sweep ends the connection, a moment later, instead of this answer). Over TLS the
+    /// bytes are records, not requests: there the answer ends the connection, as before (browsers do not
+    /// pipeline).
+    private func sentMoreThan(_ context: RequestContext, bodyBytes: Int) -> Bool {
+        if configuration.tls != nil { return false }
+        let received = jotter_mhd_bytes_received(context.connection)
+        guard received > 0 else { return true }
+        // TCP counts the end-of-file (FIN) as one byte received.
+        return received - 1 > Int64(jotter_mhd_header_size(context.connection)) + Int64(bodyBytes)
     }
 
     private func answerIfReady(_ context: RequestContext, suspending: Bool) -> MHD_Result {

@@ -110,11 +110,17 @@ enum RawHTTP {
             guard count > 0 else { throw Failure(description: "the server did not close the connection") }
             received += buffer[0..<count]
         }
+        return responses(in: received)
+    }
+
+    /// Every response in `received`, in order (each framed by its `Content-Length`; a 204 or 304 has no body).
+    static func responses(in received: [UInt8]) -> [Response] {
         var responses: [Response] = []
         var rest = received[...]
         while !rest.isEmpty, var response = parse(Array(rest)) {
             let head = Array(rest).count - response.body.count
-            let length = response.header("Content-Length").flatMap { Int($0) } ?? response.body.count
+            let length = response.status == 204 || response.status == 304 ? 0  // no body, whatever follows
+                : response.header("Content-Length").flatMap { Int($0) } ?? response.body.count
             response.body = Array(response.body.prefix(length))
             responses.append(response)
             rest = rest.dropFirst(head + response.body.count)
