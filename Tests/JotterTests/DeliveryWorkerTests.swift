@@ -47,6 +47,12 @@ import Testing
         func record(_ id: String) throws -> MessageRecord? {
             try outbox.history.record(id: id)
         }
+
+        /// One memo delivered: until the relay has taken one, the worker sends one at a time.
+        func proveRelay() async throws {
+            let id = try await outbox.enqueue(MemoDraft(body: "proves the relay")).id
+            #expect(TestServer.waitUntil(timeout: 20) { (try? self.record(id))??.status == .sent })
+        }
     }
 
     @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
@@ -100,9 +106,7 @@ import Testing
     @Test func aStreamWaitsTheBatchWindowAndGoesOutTogether() async throws {
         let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 20, maximumWait: 600)
         defer { fixture.stop() }
-        // Until the relay has taken a memo, one at a time.
-        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
-        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        try await fixture.proveRelay()
         #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle")
         fixture.transport.block()
         let first = try await fixture.outbox.enqueue(MemoDraft(body: "finds the worker idle")).id
@@ -125,8 +129,7 @@ import Testing
     @Test func aMemoArrivingWhileADeliveryIsBeingRecordedGoesAtOnce() async throws {
         let fixture = try Fixture(.deliver, batchLimit: 16, batchWindow: 20, maximumWait: 600)
         defer { fixture.stop() }
-        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
-        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        try await fixture.proveRelay()
         #expect(fixture.waitForDeadline(fixture.now + 60_000), "idle")
         let start = fixture.now
         fixture.gated.close()
@@ -200,8 +203,7 @@ import Testing
     @Test func aFailedBatchPutsEachMemoOnItsOwnLadderAndTheRetriesGoOut() async throws {
         let fixture = try Fixture(.deliver, batchLimit: 8, maximumWait: 600)
         defer { fixture.stop() }
-        let warmUp = try await fixture.outbox.enqueue(MemoDraft(body: "proves the relay")).id
-        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(warmUp))??.status == .sent })
+        try await fixture.proveRelay()
         fixture.transport.block()
         let blocking = try await fixture.outbox.enqueue(MemoDraft(body: "holds the slot")).id
         #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
