@@ -532,6 +532,26 @@ private enum Mail {
         #expect(SubjectLine.sanitized("\r\n") == "")
     }
 
+    /// The byte-by-byte path for ASCII gives exactly what the Unicode path gives, on bodies built from
+    /// the characters that matter (newlines, CR LF, spaces, tabs, controls, DEL) around the 60-character cut.
+    @Test func asciiSubjectsAreThoseOfTheUnicodeRules() {
+        var generator = SeededGenerator(seed: 0x5EED)
+        let pieces = ["a", "word", "x", " ", "  ", "\t", "\n", "\r", "\r\n", "\u{0B}", "\u{0C}", "\u{0}", "\u{7}",
+                      "\u{1B}", "\u{7F}", "~", "Buy milk",
+                      String(repeating: "y", count: 29), String(repeating: "z", count: 61)]
+        for _ in 0..<5_000 {
+            let count = Int.random(in: 0...24, using: &generator)
+            let body = (0..<count).map { _ in pieces[Int.random(in: 0..<pieces.count, using: &generator)] }.joined()
+            let fast = SubjectLine.asciiDerived(from: body)
+            #expect(fast == SubjectLine.derivedByCharacters(from: body), "\(Array(body.utf8))")
+            #expect(SubjectLine.sanitized(body) == SubjectLine.sanitizedByScalars(body), "\(Array(body.utf8))")
+        }
+        // Anything else before the first line's end takes the Unicode path.
+        #expect(SubjectLine.asciiDerived(from: "\n  caf\u{E9}") == nil)
+        #expect(SubjectLine.asciiDerived(from: "a\u{85}b") == nil)
+        #expect(SubjectLine.asciiDerived(from: "first line\nthen caf\u{E9}") == "first line")
+    }
+
     @Test(arguments: ["hi\r\nBcc: x@y", "hi\nBcc: x@y", "hi\rBcc: x@y", "hi\r\n\r\nBcc: x@y\r\nTo: z@w",
                       "ok\u{2028}Bcc: x@y", "件名\r\nBcc: x@y"])
     func sanitizedSubjectRendersAsOneSubjectHeaderAndNoBcc(subject: String) throws {
@@ -546,5 +566,22 @@ private enum Mail {
         #expect(parsed.headerNames.filter { $0.lowercased() == "to" }.count == 1)
         let bccLines = Mail.headerLines(bytes).filter { $0.lowercased().hasPrefix("bcc") }
         #expect(bccLines.isEmpty)
+    }
+}
+
+/// SplitMix64: the same pseudo-random sequence on every run, so a failing input can be found again.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        return value ^ (value >> 31)
     }
 }

@@ -127,6 +127,20 @@ public enum SubjectLine {
 
     /// The first non-blank line of `body`, cut at a word near 60 characters (with `…` when cut).
     public static func derived(from body: String) -> String {
+        asciiDerived(from: body) ?? derivedByCharacters(from: body)
+    }
+
+    /// `subject` on one line: control characters (CR and LF included) become spaces, runs collapse, ends trim.
+    public static func sanitized(_ subject: String) -> String {
+        var subject = subject
+        let ascii = subject.withUTF8 { bytes in
+            bytes.allSatisfy { $0 < 0x80 } ? String(decoding: sanitizedASCII(bytes[...]), as: UTF8.self) : nil
+        }
+        return ascii ?? sanitizedByScalars(subject)
+    }
+
+    /// `derived` by Unicode's rules: lines end at any newline character, the cut falls between characters.
+    static func derivedByCharacters(from body: String) -> String {
         // Line by line up to the first one with text: a long memo's other lines are never split or copied.
         var rest = body[...]
         var line: Substring = ""
@@ -135,7 +149,7 @@ public enum SubjectLine {
             line = rest[..<end].trimmingCharacters(in: " \t")
             rest = end == rest.endIndex ? "" : rest[rest.index(after: end)...]
         }
-        let cleaned = sanitized(String(line))
+        let cleaned = sanitizedByScalars(String(line))
         guard cleaned.count > targetLength else { return cleaned }
         let head = cleaned.prefix(targetLength)
         if let space = head.lastIndex(of: " "), head.distance(from: head.startIndex, to: space) >= targetLength / 2 {
@@ -144,8 +158,8 @@ public enum SubjectLine {
         return String(head) + "…"
     }
 
-    /// `subject` on one line: control characters (CR and LF included) become spaces, runs collapse, ends trim.
-    public static func sanitized(_ subject: String) -> String {
+    /// `sanitized` scalar by scalar, for any text.
+    static func sanitizedByScalars(_ subject: String) -> String {
         var result = ""
         var pendingSpace = false
         for scalar in subject.unicodeScalars {
@@ -159,6 +173,56 @@ public enum SubjectLine {
                 pendingSpace = false
             }
             result.unicodeScalars.append(scalar)
+        }
+        return result
+    }
+
+    /// `derived` byte by byte when everything up to the end of the first non-blank line is ASCII (nil
+    /// otherwise): the same answer without Unicode's tables, which were a few percent of one memo's
+    /// accept. In ASCII every character is one byte, except CR LF (one character, but the line ends at
+    /// the CR either way, and the LF then starts a blank line), and the newlines are LF, VT, FF and CR.
+    static func asciiDerived(from body: String) -> String? {
+        var body = body
+        return body.withUTF8 { bytes -> String? in
+            var index = 0
+            while index < bytes.count {
+                var start = index
+                while index < bytes.count, !(0x0A...0x0D).contains(bytes[index]) {
+                    guard bytes[index] < 0x80 else { return nil }
+                    index += 1
+                }
+                var end = index
+                index += 1
+                while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+                while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+                guard start < end else { continue }
+                let cleaned = sanitizedASCII(bytes[start..<end])
+                guard cleaned.count > targetLength else { return String(decoding: cleaned, as: UTF8.self) }
+                let head = cleaned[..<targetLength]
+                if let space = head.lastIndex(of: 0x20), space >= targetLength / 2 {
+                    return String(decoding: head[..<space], as: UTF8.self) + "…"
+                }
+                return String(decoding: head, as: UTF8.self) + "…"
+            }
+            return ""
+        }
+    }
+
+    /// `sanitized` for ASCII bytes: controls (below 0x20, and DEL) and spaces collapse into one space.
+    private static func sanitizedASCII(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> [UInt8] {
+        var result: [UInt8] = []
+        result.reserveCapacity(bytes.count)
+        var pendingSpace = false
+        for byte in bytes {
+            if byte <= 0x20 || byte == 0x7F {
+                pendingSpace = !result.isEmpty
+                continue
+            }
+            if pendingSpace {
+                result.append(0x20)
+                pendingSpace = false
+            }
+            result.append(byte)
         }
         return result
     }

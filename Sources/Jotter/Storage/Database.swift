@@ -7,12 +7,13 @@ public final class Database {
     /// The database file's path.
     public let path: String
 
-    /// Opens (creating if needed) the database at `path`.
-    public init(path: String, readOnly: Bool = false) throws {
+    /// Opens (creating if needed) the database at `path`, through the VFS named `vfs` (SQLite's default
+    /// when nil).
+    public init(path: String, readOnly: Bool = false, vfs: String? = nil) throws {
         var connection: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
             | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &connection, flags, nil)
+        let code = sqlite3_open_v2(path, &connection, flags, vfs)
         guard code == SQLITE_OK, let connection else {
             let error = DatabaseError(code: code, connection: connection)
             sqlite3_close_v2(connection)
@@ -87,6 +88,37 @@ public final class Database {
             try? execute("ROLLBACK")
             throw error
         }
+    }
+
+    /// Runs `body` with the WAL writes of its commit gathered into one write (see `CoalescingVFS`): only for
+    /// a commit that syncs (`synchronous=FULL`), whose sync writes them before SQLite publishes the frames.
+    func gatheringWALWrites<T>(_ body: () throws -> T) throws -> T {
+        let wal = walFile()
+        _ = CoalescingVFS.setGathering(true, file: wal)
+        let result: T
+        do {
+            result = try body()
+        } catch {
+            _ = CoalescingVFS.setGathering(false, file: wal)
+            throw error
+        }
+        let code = CoalescingVFS.setGathering(false, file: wal)
+        guard code == SQLITE_OK else { throw DatabaseError(code: code, message: "could not write the WAL") }
+        return result
+    }
+
+    /// Writes SQLite asked of this connection's WAL and writes that reached the file, when it is open
+    /// through `CoalescingVFS`.
+    var walWriteCounts: (requested: Int, issued: Int)? {
+        CoalescingVFS.writeCounts(file: walFile())
+    }
+
+    private func walFile() -> UnsafeMutablePointer<sqlite3_file>? {
+        var file: UnsafeMutableRawPointer?
+        guard sqlite3_file_control(connection, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK else {
+            return nil
+        }
+        return file?.assumingMemoryBound(to: sqlite3_file.self)
     }
 
     /// Runs `body` inside a read transaction, so it sees one consistent snapshot.

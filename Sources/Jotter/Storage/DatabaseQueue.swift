@@ -22,10 +22,11 @@ public final class DatabaseQueue: @unchecked Sendable {
     /// Opens the database at `path` (creating and migrating it), with WAL, `synchronous=FULL` (read
     /// back: the 204 promise depends on it) and `secure_delete`.
     public init(path: String) throws {
-        let writer = try Database(path: path)
+        let vfs = CoalescingVFS.isAvailable ? CoalescingVFS.name : nil
+        let writer = try Database(path: path, vfs: vfs)
         try Self.configure(writer)
         try Migrations.migrate(writer)
-        let reader = try Database(path: path)
+        let reader = try Database(path: path, vfs: vfs)
         try reader.execute("PRAGMA busy_timeout = 5000")
         self.writer = writer
         self.reader = reader
@@ -73,7 +74,7 @@ public final class DatabaseQueue: @unchecked Sendable {
     /// A write transaction, on the writer queue (asserted): for work already running there.
     public func transaction<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
-        if durable { return try writer.write(body) }
+        if durable { return try writer.gatheringWALWrites { try writer.write(body) } }
         try writer.run("PRAGMA synchronous = NORMAL")
         defer { try? writer.run("PRAGMA synchronous = FULL") }
         return try writer.write(body)
