@@ -93,16 +93,16 @@ public final class Database {
     /// Runs `body` with the WAL writes of its commit gathered into one write (see `CoalescingVFS`): only for
     /// a commit that syncs (`synchronous=FULL`), whose sync writes them before SQLite publishes the frames.
     func gatheringWALWrites<T>(_ body: () throws -> T) throws -> T {
-        let wal = walFile()
-        _ = CoalescingVFS.setGathering(true, file: wal)
+        _ = CoalescingVFS.setGathering(true, file: walFile())
         let result: T
         do {
             result = try body()
         } catch {
-            _ = CoalescingVFS.setGathering(false, file: wal)
+            _ = CoalescingVFS.setGathering(false, file: walFile())
             throw error
         }
-        let code = CoalescingVFS.setGathering(false, file: wal)
+        // Asked again: the file is the connection's WAL as it is now, never one closed meanwhile.
+        let code = CoalescingVFS.setGathering(false, file: walFile())
         guard code == SQLITE_OK else { throw DatabaseError(code: code, message: "could not write the WAL") }
         return result
     }
