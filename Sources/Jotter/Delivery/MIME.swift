@@ -19,27 +19,33 @@ enum MIME {
     /// 3-byte characters after one ASCII one, say) the word is Q-encoded, which has no padding; and a
     /// text that is mostly ASCII is Q-encoded throughout, being shorter so.
     static func encodedWords(_ text: String, firstLineUsed: Int) -> [String] {
-        let characters = text.unicodeScalars.map { Array(String($0).utf8) }
-        let preferQ = qLength(Array(text.utf8)) <= (text.utf8.count + 2) / 3 * 4
+        let utf8 = Array(text.utf8)
+        // Where each character (Unicode scalar) ends, in bytes: before every byte that does not continue one.
+        var characterEnds: [Int] = []
+        characterEnds.reserveCapacity(utf8.count)
+        for offset in utf8.indices.dropFirst() where utf8[offset] & 0xC0 != 0x80 { characterEnds.append(offset) }
+        if !utf8.isEmpty { characterEnds.append(utf8.count) }
+        let preferQ = qLength(utf8[...]) <= (utf8.count + 2) / 3 * 4
         var words: [String] = []
         var start = 0
         var lineUsed = firstLineUsed
-        while start < characters.count {
+        while start < characterEnds.count {
             // Room for the encoded text: a line of at most 76, folded lines start with one space.
             let room = max(8, min(75, 76 - lineUsed) - "=?UTF-8?B??=".count)
-            var bytes: [UInt8] = [], ends: [(count: Int, bytes: Int)] = []
+            let firstByte = start == 0 ? 0 : characterEnds[start - 1]
+            var ends: [(count: Int, bytes: Int)] = []
             var index = start
-            while index < characters.count, bytes.count + characters[index].count <= room {
-                bytes += characters[index]
+            while index < characterEnds.count, characterEnds[index] - firstByte <= room {
                 index += 1
-                ends.append((index, bytes.count))
+                ends.append((index, characterEnds[index - 1] - firstByte))
             }
-            let last = index == characters.count
+            let bytes = utf8[firstByte..<(firstByte + (ends.last?.bytes ?? 0))]
+            let last = index == characterEnds.count
             var word: String?
             if !preferQ {
                 if last, let all = ends.last, (all.bytes + 2) / 3 * 4 <= room {
                     // The last word may end in padding.
-                    word = "=?UTF-8?B?" + base64(bytes) + "?="
+                    word = "=?UTF-8?B?" + base64(Array(bytes)) + "?="
                     index = all.count
                 } else if let whole = ends.last(where: { $0.bytes % 3 == 0 && $0.bytes / 3 * 4 <= room }) {
                     word = "=?UTF-8?B?" + base64(Array(bytes.prefix(whole.bytes))) + "?="
@@ -47,15 +53,17 @@ enum MIME {
                 }
             }
             if word == nil {
-                // Q: the longest run of whole characters whose encoding fits.
-                var taken = 0, encoded = ""
+                // Q: the longest run of whole characters whose encoding fits (each byte encodes alone, so the
+                // length grows character by character).
+                var taken = 0, takenBytes = 0, length = 0
                 for end in ends {
-                    let candidate = qEncode(Array(bytes.prefix(end.bytes)))
-                    guard candidate.count <= room || taken == 0 else { break }
+                    let grown = length + qLength(bytes[(bytes.startIndex + takenBytes)..<(bytes.startIndex + end.bytes)])
+                    guard grown <= room || taken == 0 else { break }
                     taken = end.count
-                    encoded = candidate
+                    takenBytes = end.bytes
+                    length = grown
                 }
-                word = "=?UTF-8?Q?" + encoded + "?="
+                word = "=?UTF-8?Q?" + qEncode(bytes.prefix(takenBytes)) + "?="
                 index = taken
             }
             if let word { words.append(word) }
@@ -67,26 +75,36 @@ enum MIME {
 
     /// Q encoding (RFC 2047 4.2) restricted to what is safe in any header context, phrases included:
     /// letters, digits and `!*+-/` as they are, space as `_`, every other byte as `=XX`.
-    static func qEncode(_ bytes: [UInt8]) -> String {
-        var out = ""
+    static func qEncode<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 3)
         for byte in bytes {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "!"), UInt8(ascii: "*"), UInt8(ascii: "+"),
-                 UInt8(ascii: "-"), UInt8(ascii: "/"):
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            case 0x20:
-                out += "_"
-            default:
-                let hex = Array("0123456789ABCDEF".utf8)
-                out += "=" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+            if isQSafe(byte) {
+                out.append(byte)
+            } else if byte == 0x20 {
+                out.append(UInt8(ascii: "_"))
+            } else {
+                out += [UInt8(ascii: "="), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
             }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
-    private static func qLength(_ bytes: [UInt8]) -> Int {
-        qEncode(bytes).count
+    /// How long `qEncode(bytes)` is.
+    private static func qLength(_ bytes: ArraySlice<UInt8>) -> Int {
+        bytes.reduce(0) { $0 + (isQSafe($1) || $1 == 0x20 ? 1 : 3) }
+    }
+
+    private static func isQSafe(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "!"), UInt8(ascii: "*"), UInt8(ascii: "+"),
+             UInt8(ascii: "-"), UInt8(ascii: "/"):
+            true
+        default:
+            false
+        }
     }
 
     static func encodeBody(_ body: String) -> (encoding: String, bytes: [UInt8]) {
