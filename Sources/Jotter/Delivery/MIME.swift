@@ -57,7 +57,8 @@ enum MIME {
                 // length grows character by character).
                 var taken = 0, takenBytes = 0, length = 0
                 for end in ends {
-                    let grown = length + qLength(bytes[(bytes.startIndex + takenBytes)..<(bytes.startIndex + end.bytes)])
+                    let character = (bytes.startIndex + takenBytes)..<(bytes.startIndex + end.bytes)
+                    let grown = length + qLength(bytes[character])
                     guard grown <= room || taken == 0 else { break }
                     taken = end.count
                     takenBytes = end.bytes
