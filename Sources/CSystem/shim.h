@@ -12,6 +12,12 @@ static inline int jotter_syncfs(int fd) {
     return (int)syscall(SYS_syncfs, fd);
 }
 
+/// getrandom(2) with no flags: up to `length` bytes of the kernel's CSPRNG (blocking only before it is
+/// first seeded, at boot); the count, or -1 with errno.
+static inline long jotter_getrandom(void *buffer, unsigned long length) {
+    return syscall(SYS_getrandom, buffer, length, 0);
+}
+
 /// Names the calling thread (`top -H`, `perf`, /proc/PID/task/TID/comm); longer names are cut to 15 bytes.
 static inline void jotter_name_thread(const char *name) {
     (void)prctl(PR_SET_NAME, name, 0, 0, 0);

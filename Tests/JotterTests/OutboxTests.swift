@@ -768,6 +768,21 @@ enum Evidence {
 }
 
 @Suite struct UUIDTests {
+    /// Draws of any size come whole from the kernel (a large one may take several calls) and look random:
+    /// every byte value turns up, about equally often, and no two draws are alike.
+    @Test(arguments: [0, 1, 40, 4_096, 1 << 20])
+    func randomBytesComeWholeAndLookRandom(count: Int) throws {
+        let first = try SecureRandom.bytes(count: count), second = try SecureRandom.bytes(count: count)
+        #expect(first.count == count && second.count == count)
+        guard count >= 40 else { return }
+        #expect(first != second)
+        guard count >= 1 << 20 else { return }
+        var counts = [Int](repeating: 0, count: 256)
+        for byte in first { counts[Int(byte)] += 1 }
+        // 4,096 expected per value, give or take 64 (one standard deviation): 600 is more than nine.
+        #expect(counts.allSatisfy { abs($0 - 4_096) < 600 }, "\(counts.min() ?? 0)...\(counts.max() ?? 0)")
+    }
+
     @Test func randomUUIDsAreVersion4AndDistinct() throws {
         var seen = Set<String>()
         for _ in 0..<1000 {

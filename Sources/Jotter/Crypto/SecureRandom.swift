@@ -1,25 +1,44 @@
-import CCrypto
+import CSystem
+import Glibc
 
-/// OpenSSL's CSPRNG.
+/// The kernel's CSPRNG (`getrandom(2)`), the source OpenSSL's own generator seeds from.
+///
+/// It replaced OpenSSL's `RAND_bytes`, which took about 7 µs of one memo's accept (a per-thread DRBG
+/// lookup, locks, a fork check with `getpid`, and the generation) where one `getrandom` call takes about
+/// 1 µs; and it keeps no generator state in the process (nothing to reseed after a fork). See
+/// bench/README.md.
 public enum SecureRandom {
-    /// `count` random bytes from `RAND_bytes`.
+    /// `count` random bytes.
     public static func bytes(count: Int) throws -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
-        let ok = bytes.withUnsafeMutableBufferPointer { RAND_bytes($0.baseAddress, Int32(count)) }
-        guard ok == 1 else { throw CryptoError.randomFailed }
+        let filled = bytes.withUnsafeMutableBytes { buffer -> Bool in
+            var offset = 0
+            while offset < buffer.count {
+                let got = jotter_getrandom(buffer.baseAddress.map { $0 + offset }, UInt(buffer.count - offset))
+                if got > 0 {
+                    offset += got
+                } else if got < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return false
+                }
+            }
+            return true
+        }
+        guard filled else { throw CryptoError.randomFailed }
         return bytes
     }
 }
 
 extension SecureRandom {
-    /// A random (version 4) UUID in lowercase, from OpenSSL's CSPRNG — the ids of memos, relay messages
+    /// A random (version 4) UUID in lowercase, from the kernel's CSPRNG — the ids of memos, relay messages
     /// and devices. (Foundation's `UUID()` opened, read and closed /dev/urandom for each one.)
     public static func uuid() throws -> String {
         uuid(from: try bytes(count: 16)[...])
     }
 
     /// The version 4 UUID made of 16 random bytes the caller drew from `bytes(count:)` (with other
-    /// random bytes it needs, in one call: each `RAND_bytes` costs more than the bytes it returns).
+    /// random bytes it needs, in one call: each call to the kernel costs more than the bytes it returns).
     static func uuid(from random: ArraySlice<UInt8>) -> String {
         precondition(random.count == 16, "a UUID is 16 random bytes")
         var bytes = Array(random)
