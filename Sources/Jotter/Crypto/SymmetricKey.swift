@@ -16,7 +16,7 @@ public final class SymmetricKey: @unchecked Sendable {
         storage.copyBytes(from: bytes)
     }
 
-    /// A fresh key from OpenSSL's CSPRNG.
+    /// A fresh key from the kernel's CSPRNG.
     public static func random() throws -> SymmetricKey {
         var bytes = try SecureRandom.bytes(count: byteCount)
         defer { bytes.withUnsafeMutableBytes { OPENSSL_cleanse($0.baseAddress, $0.count) } }

@@ -1,6 +1,6 @@
 /// The 6-digit codes that prove a device's owner reads an address.
 enum VerificationCode {
-    /// A uniformly random code from OpenSSL's CSPRNG, `000000`–`999999` (rejection sampling, so no
+    /// A uniformly random code from the kernel's CSPRNG, `000000`–`999999` (rejection sampling, so no
     /// code is likelier than another).
     static func generate() throws -> String {
         // The largest multiple of 10^6 that fits in 32 bits: draws at or above it are redrawn.
