@@ -92,19 +92,13 @@ public final class Database {
 
     /// Runs `body` with the WAL writes of its commit gathered into one write (see `CoalescingVFS`): only for
     /// a commit that syncs (`synchronous=FULL`), whose sync writes them before SQLite publishes the frames.
-    func gatheringWALWrites<T>(_ body: () throws -> T) throws -> T {
+    /// Ending the gathering writes whatever is left, which no commit depends on: a successful commit's
+    /// frames went out with its sync, a failed one's are past the end SQLite will ever read.
+    func gatheringWALWrites<T>(_ body: () throws -> T) rethrows -> T {
         _ = CoalescingVFS.setGathering(true, file: walFile())
-        let result: T
-        do {
-            result = try body()
-        } catch {
-            _ = CoalescingVFS.setGathering(false, file: walFile())
-            throw error
-        }
-        // Asked again: the file is the connection's WAL as it is now, never one closed meanwhile.
-        let code = CoalescingVFS.setGathering(false, file: walFile())
-        guard code == SQLITE_OK else { throw DatabaseError(code: code, message: "could not write the WAL") }
-        return result
+        // Asked again: the connection's WAL as it is then, never a file closed meanwhile.
+        defer { _ = CoalescingVFS.setGathering(false, file: walFile()) }
+        return try body()
     }
 
     /// Writes SQLite asked of this connection's WAL and writes that reached the file, when it is open
