@@ -97,12 +97,12 @@ enum CoalescingVFS {
             let code = flush(file)
             guard code == SQLITE_OK else { return code }
         }
-        let needed = state.pointee.count + Int(amount)
-        if needed > bufferLimit {
+        if state.pointee.count + Int(amount) > bufferLimit {
             let code = flush(file)
             guard code == SQLITE_OK else { return code }
             if Int(amount) > bufferLimit { return writeThrough(file, data, amount, offset) }
         }
+        let needed = state.pointee.count + Int(amount)
         if needed > state.pointee.capacity {
             let capacity = max(needed, state.pointee.capacity * 2, 64 * 1024)
             guard let grown = realloc(state.pointee.bytes, capacity) else {
