@@ -55,6 +55,18 @@ import Testing
         }
     }
 
+    /// Delivery is background work: it sends on threads that yield the CPU to the request threads (nice
+    /// 10), and leaves every other thread of the process at its priority.
+    @Test func deliveryRunsAtALowerCPUPriorityThanRequests() async throws {
+        let fixture = try Fixture(.deliver)
+        defer { fixture.stop() }
+        try await fixture.proveRelay()
+        try await fixture.proveRelay()
+        #expect(fixture.transport.sendingNiceness == [DeliveryWorker.deliveryNiceness, DeliveryWorker.deliveryNiceness])
+        #expect(DeliveryWorker.deliveryNiceness == 10)
+        #expect(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) == 0, "this thread kept its priority")
+    }
+
     @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
         // A blocked send gives up after `maximumWait`: far longer than a loaded machine needs for the
         // eleven enqueues below, so the first memo is still the one in the slot when it is released.

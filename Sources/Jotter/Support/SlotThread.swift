@@ -13,14 +13,21 @@ enum SlotThread {
         init(_ body: @escaping @Sendable () -> Void) { self.body = body }
     }
 
-    /// Starts `body` on a new detached thread called `name` (15 bytes at most are kept); false if the
-    /// system would not start one (the caller then runs it elsewhere).
-    static func start(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
+    /// Starts `body` on a new detached thread called `name` (15 bytes at most are kept), at `niceness`
+    /// (Linux keeps a nice value per thread, so only this thread yields); false if the system would not
+    /// start one (the caller then runs it elsewhere).
+    static func start(name: String, niceness: Int32 = 0, _ body: @escaping @Sendable () -> Void) -> Bool {
         var attributes = pthread_attr_t()
         guard pthread_attr_init(&attributes) == 0 else { return false }
         defer { pthread_attr_destroy(&attributes) }
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        let work = Unmanaged.passRetained(Work { jotter_name_thread(name); body() })
+        let work = Unmanaged.passRetained(Work {
+            jotter_name_thread(name)
+            // PRIO_PROCESS with `who` 0 is the calling thread on Linux. Raising one's own nice value needs
+            // no privilege; if it fails all the same, the work runs at the normal priority.
+            if niceness != 0 { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness) }
+            body()
+        })
         var thread = pthread_t()
         let started = pthread_create(&thread, &attributes, { argument in
             guard let argument else { return nil }

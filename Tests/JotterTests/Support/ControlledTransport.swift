@@ -27,6 +27,7 @@ final class ControlledTransport: Transport, @unchecked Sendable {
     private let next: (any Transport)?
     private let maximumWait: Double
     private var batchSizes: [Int] = []
+    private var niceness: [Int32] = []
     /// How many messages one `send(batch:)` may take (1: the worker sends one at a time).
     let batchLimit: Int
     /// How many bytes of memos one batch may hold.
@@ -45,6 +46,11 @@ final class ControlledTransport: Transport, @unchecked Sendable {
     /// The size of each `send(batch:)` call, in order.
     var batches: [Int] {
         condition.withLock { batchSizes }
+    }
+
+    /// The nice value of the thread that sent each message, in order (one entry per attempt).
+    var sendingNiceness: [Int32] {
+        condition.withLock { niceness }
     }
 
     /// Records the batch, then sends its messages one by one.
@@ -96,8 +102,10 @@ final class ControlledTransport: Transport, @unchecked Sendable {
     }
 
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
         condition.lock()
         received.append(message)
+        niceness.append(nice)
         let deadline = Date(timeIntervalSinceNow: maximumWait)
         while case .block = behaviour {
             waiting += 1
