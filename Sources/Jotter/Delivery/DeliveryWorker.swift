@@ -330,7 +330,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// The nice value of the delivery threads (the request threads run at 0). A Maildir batch takes tens
+    /// How much nicer the delivery threads are than the request threads (the process's own value plus
+    /// this, up to 19; 10 for a server started at the usual 0). A Maildir batch takes tens
     /// of milliseconds of CPU; at the same priority, the accepts of a client posting meanwhile waited
     /// for it (one client, 2 CPUs: p90 0.75–0.90 ms and p99 3.8 ms, against 0.60 and 3.0–3.4 ms at
     /// nice 10, and a 5–10% higher rate). At 10 a busy machine still gives delivery about a tenth of a

@@ -13,9 +13,9 @@ enum SlotThread {
         init(_ body: @escaping @Sendable () -> Void) { self.body = body }
     }
 
-    /// Starts `body` on a new detached thread called `name` (15 bytes at most are kept), at `niceness`
-    /// (Linux keeps a nice value per thread, so only this thread yields); false if the system would not
-    /// start one (the caller then runs it elsewhere).
+    /// Starts `body` on a new detached thread called `name` (15 bytes at most are kept), `niceness` below
+    /// the thread that starts it (nice values add, up to 19; Linux keeps one per thread, so only this
+    /// thread yields); false if the system would not start one (the caller then runs it elsewhere).
     static func start(name: String, niceness: Int32 = 0, _ body: @escaping @Sendable () -> Void) -> Bool {
         var attributes = pthread_attr_t()
         guard pthread_attr_init(&attributes) == 0 else { return false }
@@ -23,9 +23,13 @@ enum SlotThread {
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         let work = Unmanaged.passRetained(Work {
             jotter_name_thread(name)
-            // PRIO_PROCESS with `who` 0 is the calling thread on Linux. Raising one's own nice value needs
-            // no privilege; if it fails all the same, the work runs at the normal priority.
-            if niceness != 0 { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness) }
+            // PRIO_PROCESS with `who` 0 is the calling thread on Linux, which started with its creator's
+            // value. Raising one's own nice value needs no privilege; should it fail all the same, the work
+            // runs at the creator's priority.
+            if niceness > 0 {
+                let which = __priority_which_t(PRIO_PROCESS.rawValue)
+                _ = setpriority(which, 0, min(getpriority(which, 0) + niceness, 19))
+            }
             body()
         })
         var thread = pthread_t()
