@@ -331,11 +331,11 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     /// How much nicer the delivery threads are than the request threads (the process's own value plus
-    /// this, up to 19; 10 for a server started at the usual 0). A Maildir batch takes tens
-    /// of milliseconds of CPU; at the same priority, the accepts of a client posting meanwhile waited
-    /// for it (one client, 2 CPUs: p90 0.75–0.90 ms and p99 3.8 ms, against 0.60 and 3.0–3.4 ms at
-    /// nice 10, and a 5–10% higher rate). At 10 a busy machine still gives delivery about a tenth of a
-    /// CPU's time against a request thread, so it keeps going while accepts flood in.
+    /// this, up to 19; 10 for a server started at the usual 0). A Maildir batch takes tens of
+    /// milliseconds of CPU; at the same priority, the accepts of a client posting meanwhile waited for
+    /// it (one client, 2 CPUs, alternating runs: p90 0.80–0.84 ms and p99 3.8–4.3 ms, against 0.58–0.85
+    /// and 3.1–3.9 ms, and a rate up to 10% higher). At 10 a busy machine still gives delivery about a
+    /// tenth of a CPU's time against a request thread, so it keeps going while accepts flood in.
     static let deliveryNiceness: Int32 = 10
 
     /// How often leases are renewed: a third of a lease, so two renewals may fail before it runs out.

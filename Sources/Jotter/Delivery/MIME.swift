@@ -86,7 +86,9 @@ enum MIME {
             } else if byte == 0x20 {
                 out.append(UInt8(ascii: "_"))
             } else {
-                out += [UInt8(ascii: "="), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+                out.append(UInt8(ascii: "="))
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 15)])
             }
         }
         return String(decoding: out, as: UTF8.self)
