@@ -57,7 +57,7 @@ import Testing
         let directory = TemporaryDirectory()
         let path = directory.file("jotter.db")
         let queue = try Self.open(path)
-        // 3 MiB of distinct bytes, more than the 1 MiB gathered at most, and two small rows around it.
+        // 3 MiB of random bytes, far more than the 64 KiB gathered at most, and two small rows around it.
         var generator = SystemRandomNumberGenerator()
         let big = (0..<(3 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let rows = [[1, 2, 3], big, [4, 5, 6]]
