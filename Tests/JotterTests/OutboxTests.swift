@@ -90,6 +90,26 @@ enum Evidence {
     }
 }
 
+/// A WAL file read as plain bytes (no lock, no checkpoint): the page number of each frame of its current
+/// generation, in order.
+enum WALFile {
+    static func pageNumbers(_ path: String) -> [Int64] {
+        let bytes = Evidence.fileBytes(path)
+        func integer(_ offset: Int) -> Int {
+            bytes[offset..<(offset + 4)].reduce(0) { $0 << 8 | Int($1) }
+        }
+        guard bytes.count >= 32 else { return [] }
+        let pageSize = integer(8), salts = bytes[16..<24]
+        var pages: [Int64] = []
+        var offset = 32
+        while offset + 24 + pageSize <= bytes.count && bytes[(offset + 8)..<(offset + 16)].elementsEqual(salts) {
+            pages.append(Int64(integer(offset)))
+            offset += 24 + pageSize
+        }
+        return pages
+    }
+}
+
 @Suite struct OutboxTests {
     // MARK: Durability and confidentiality
 
@@ -271,9 +291,10 @@ enum Evidence {
                 let sealed = try #require(try StoredRows.blob(column, id: id, path: fixture.path))
                 nonces.insert(Array(sealed.prefix(12)))
             }
-            #expect(Array(id)[14] == "4", "version 4: \(id)")
+            #expect(Array(id)[14] == "7", "version 7: \(id)")
         }
-        // The id and both nonces come from one draw: no two of the 100 nonces, nor two ids, are alike.
+        // The ids' random bits and both nonces come from one draw: no two of the 100 nonces, nor two ids
+        // (all made in the same millisecond), are alike.
         #expect(ids.count == 50)
         #expect(nonces.count == 100)
         #expect(try outbox.history.latest(limit: 50).allSatisfy { $0.subject == "same subject" })
@@ -423,6 +444,65 @@ enum Evidence {
         }
         #expect(visible.count == 50)
         #expect(visible.allSatisfy { $0 })
+    }
+
+    // MARK: Time-ordered ids
+
+    /// A memo's id begins with the millisecond it was accepted (a version 7 UUID), so ids sort in the order
+    /// memos came, whichever random bits follow.
+    @Test func idsCarryTheirAcceptTimeAndSortInTheOrderMemosCame() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        let start = fixture.clock.nowMilliseconds()
+        var ids: [String] = []
+        for _ in 0..<50 {
+            ids.append(try await outbox.enqueue(MemoDraft(body: "memo")).id)
+            fixture.clock.advance(milliseconds: 1)
+        }
+        #expect(ids == ids.sorted())
+        #expect(Set(ids).count == ids.count)
+        for (offset, id) in ids.enumerated() {
+            #expect(Evidence.isLowercaseUUID(id))
+            #expect(Int64(id.replacingOccurrences(of: "-", with: "").prefix(12), radix: 16) == start + Int64(offset))
+            #expect(Array(id)[14] == "7", "version 7: \(id)")
+            #expect("89ab".contains(Array(id)[19]), "RFC 9562 variant: \(id)")
+        }
+    }
+
+    /// An accept rewrites the end of the id index, not any of its pages: 200 memos accepted one at a time
+    /// on top of 3,000 write a handful of the index's pages to the WAL. (Random ids put each entry on any
+    /// of its leaves, and every checkpoint then copied most of them back into the database.)
+    @Test func acceptsWriteOnlyTheEndOfTheIdIndex() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<3_000 {
+                group.addTask { _ = try await outbox.enqueue(MemoDraft(body: "earlier memo \(index)")) }
+                if index % 100 == 99 { fixture.clock.advance(milliseconds: 1) }
+            }
+            try await group.waitForAll()
+        }
+        let side = try Database(path: fixture.path)
+        defer { side.close() }
+        try side.execute("PRAGMA busy_timeout = 5000")
+        try side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        #expect(WALFile.pageNumbers(fixture.path + "-wal").isEmpty)
+
+        for index in 0..<200 {
+            fixture.clock.advance(milliseconds: 1)
+            _ = try await outbox.enqueue(MemoDraft(body: "later memo \(index)"))
+        }
+        let written = Set(WALFile.pageNumbers(fixture.path + "-wal"))
+        let indexPages = Set(try side.statement("""
+            SELECT pageno FROM dbstat WHERE name =
+                (SELECT name FROM pragma_index_list('messages') WHERE origin = 'u')
+            """).rows { $0.int64(0) })
+        #expect(indexPages.count >= 30, "the index is big enough for random ids to spread: \(indexPages.count) pages")
+        let touched = written.intersection(indexPages)
+        #expect(!touched.isEmpty)
+        #expect(touched.count <= 8, "\(touched.count) of the id index's \(indexPages.count) pages rewritten")
     }
 
     // MARK: Leases
@@ -781,6 +861,23 @@ enum Evidence {
         for byte in first { counts[Int(byte)] += 1 }
         // 4,096 expected per value, give or take 64 (one standard deviation): 600 is more than nine.
         #expect(counts.allSatisfy { abs($0 - 4_096) < 600 }, "\(counts.min() ?? 0)...\(counts.max() ?? 0)")
+    }
+
+    /// RFC 9562's own example (appendix A.6), then the ordering and the layout for other times.
+    @Test func timeOrderedUUIDsFollowRFC9562() throws {
+        let random: [UInt8] = [0x0C, 0xC3, 0x18, 0xC4, 0xDC, 0x0C, 0x0C, 0x07, 0x39, 0x8F]
+        #expect(SecureRandom.uuidV7(milliseconds: 0x017F_22E2_79B0, random: random[...])
+                == "017f22e2-79b0-7cc3-98c4-dc0c0c07398f")
+        var previous = ""
+        for milliseconds: Int64 in [0, 1, 255, 1_700_000_000_000, 1_800_000_000_000, 0xFFFF_FFFF_FFFF] {
+            let text = SecureRandom.uuidV7(milliseconds: milliseconds, random: try SecureRandom.bytes(count: 10)[...])
+            let parsed = try #require(UUID(uuidString: text), "not a UUID: \(text)")
+            #expect(parsed.uuidString.lowercased() == text)
+            #expect(Int64(text.replacingOccurrences(of: "-", with: "").prefix(12), radix: 16) == milliseconds)
+            #expect(Array(text)[14] == "7" && "89ab".contains(Array(text)[19]), "\(text)")
+            #expect(text > previous)
+            previous = text
+        }
     }
 
     @Test func randomUUIDsAreVersion4AndDistinct() throws {

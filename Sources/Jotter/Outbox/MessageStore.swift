@@ -33,18 +33,19 @@ struct MessageStore: Sendable {
     /// `draft` sealed under a new id, accepted at `now`. (Both stores insert exactly this.)
     func prepare(_ draft: MemoDraft, now: Int64,
                  hashes: (idempotency: [UInt8], payload: [UInt8])?) throws -> Prepared {
-        // The id and both nonces in one draw from the CSPRNG.
+        // The id's random part and both nonces in one draw from the CSPRNG. The id is time-ordered, so
+        // its index grows at its end (an insert rewrites the page the last one did).
         let nonce = AESGCM.nonceByteCount
-        let random = try SecureRandom.bytes(count: 16 + 2 * nonce)
-        let id = SecureRandom.uuid(from: random[0..<16])
+        let random = try SecureRandom.bytes(count: 10 + 2 * nonce)
+        let id = SecureRandom.uuidV7(milliseconds: now, random: random[0..<10])
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
                                   body: draft.body, recipient: draft.recipient)
         return Prepared(id: id, createdAt: now,
                         sealedPayload: try sealer.seal(content.encoded(), .payload, id: id,
-                                                       nonce: Array(random[16..<(16 + nonce)])),
+                                                       nonce: Array(random[10..<(10 + nonce)])),
                         sealedSubject: try sealer.seal(Array(content.subject.utf8), .subject, id: id,
-                                                       nonce: Array(random[(16 + nonce)...])),
+                                                       nonce: Array(random[(10 + nonce)...])),
                         lifecycle: .accepted(now: now, undoMilliseconds: draft.undoMilliseconds),
                         idempotencyHash: hashes?.idempotency, payloadHash: hashes?.payload ?? [])
     }
