@@ -48,6 +48,11 @@ func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
     withExtendedLifetime(sources) { dispatchMain() }
 }
 
+// A file-size limit (`ulimit -f`) is a full disk for the file it stops: the write fails (EFBIG) and the
+// store answers that it could not store, where SIGXFSZ's default would end the process, accepted memos
+// and all. Child processes start with every signal at its default again (ChildProcess).
+signal(SIGXFSZ, SIG_IGN)
+
 let environment = ProcessEnvironment.current
 let command: CommandLineOptions.Command
 do {

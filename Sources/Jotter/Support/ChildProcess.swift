@@ -6,8 +6,8 @@ import Glibc
 ///
 /// Like `Process`, the child gets its own process group (a Ctrl-C at Jotter's terminal is Jotter's
 /// to handle) and no file descriptor of Jotter's but 0, 1 and 2. Unlike it, every signal starts at
-/// its default and none is blocked: Jotter ignores SIGPIPE, SIGINT and SIGTERM (it handles them
-/// through Dispatch), and an ignored signal would otherwise stay ignored across `exec`.
+/// its default and none is blocked: Jotter ignores SIGPIPE, SIGXFSZ, SIGINT and SIGTERM (it handles
+/// the last two through Dispatch), and an ignored signal would otherwise stay ignored across `exec`.
 struct ChildProcess {
     /// Where the child's standard input comes from.
     enum Input {

@@ -32,13 +32,12 @@ final class ServeProcess {
         errors = directory.file("stderr.log")
         #expect(FileManager.default.createFile(atPath: errors, contents: nil))
         process = Process()
-        if let ulimit {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit \(ulimit) && exec \"$0\" \"$@\"", Binary.path] + command
-        } else {
-            process.executableURL = URL(fileURLWithPath: Binary.path)
-            process.arguments = command
-        }
+        // Started as a shell starts it: every signal at its default and none blocked. (`Process` passes on
+        // the mask of the test's thread, which blocks most signals, and the server's threads would inherit
+        // it: a signal that ends a server from a shell would only stay pending here.)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        let limited = ulimit.map { ["/bin/sh", "-c", "ulimit \($0) && exec \"$0\" \"$@\""] } ?? []
+        process.arguments = ["--default-signal"] + limited + [Binary.path] + command
         process.environment = Binary.environment().merging(environment) { $1 }
         process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
         let pipe = Pipe()

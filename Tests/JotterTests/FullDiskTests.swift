@@ -1,0 +1,121 @@
+import Foundation
+import Glibc
+import Testing
+@testable import Jotter
+
+/// No room left on the disk: the memo that does not fit is refused with `503 storage_unavailable` and a
+/// `Retry-After`, every memo answered `204` before it stays (and is delivered once), the server keeps
+/// running, and it accepts again as soon as there is room. No log line holds the refused memo's text.
+@Suite struct FullDiskTests {
+    static let relayDown = "smtp://127.0.0.1:1?tls=none&to=me@example.com&from=me@example.com"
+
+    static func post(_ text: String, port: Int) throws -> RawHTTP.Response {
+        try RawHTTP.request(port: port, method: "POST", path: "/send", headers: [("Content-Type", "text/plain")],
+                            body: Array(text.utf8))
+    }
+
+    static func expectRefused(_ response: RawHTTP.Response, diskFull: Bool,
+                              sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(response.status == 503, sourceLocation: sourceLocation)
+        #expect(response.header("Retry-After") == "30", sourceLocation: sourceLocation)
+        #expect(response.header("X-Message-Id") == nil, sourceLocation: sourceLocation)
+        let error = try JSONValue.parse(response.body)["error"]
+        #expect(error?["code"]?.string == "storage_unavailable", sourceLocation: sourceLocation)
+        let message = error?["message"]?.string ?? ""
+        #expect(message.contains("not stored"), sourceLocation: sourceLocation)
+        #expect(message.contains("disk is full") == diskFull, "\(message)", sourceLocation: sourceLocation)
+    }
+
+    /// SQLite's limit on the database's pages (`max_page_count`) stands in for a full disk: the insert
+    /// that needs a page more fails with `SQLITE_FULL`, as it does on a disk without room.
+    @Test func aFullDatabaseRefusesTheMemoThatDoesNotFitAndLosesNothing() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        var accepted: [String] = []
+        for index in 0..<3 {
+            let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                              body: Array("memo \(index) before the disk filled".utf8))
+            #expect(response.status == 204)
+            accepted.append(try #require(response.header("X-Message-Id")))
+        }
+        try server.outbox.database.write(durable: false) { database in
+            let pages = try database.pragma("page_count") ?? "0"
+            try database.execute("PRAGMA max_page_count = \(pages)")
+        }
+        // 20 KB: overflow pages the database has no room for.
+        let canary = "walrus-on-a-full-disk-"
+        let large = canary + String(repeating: "x", count: 20_000)
+        try Self.expectRefused(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                                  body: Array(large.utf8)), diskFull: true)
+        try Self.expectRefused(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                                  body: Array(large.utf8)), diskFull: true)
+        #expect(Set(try server.outbox.history.latest(limit: 50).map(\.id)) == Set(accepted))
+
+        try server.outbox.database.write(durable: false) { try $0.execute("PRAGMA max_page_count = 1073741823") }
+        let again = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                       body: Array(large.utf8))
+        #expect(again.status == 204)
+        accepted.append(try #require(again.header("X-Message-Id")))
+
+        #expect(try server.finishDeliveries(timeout: 60), "every accepted memo is delivered")
+        let files = server.deliveredFiles()
+        #expect(files.count == accepted.count)
+        for id in accepted {
+            #expect(files.filter { $0.contains(".\(id).") }.count == 1, "delivered once: \(id)")
+        }
+        #expect(server.logs.captured.contains("outbox commit failed"))
+        #expect(!server.logs.captured.contains(canary))
+    }
+
+    /// A file-size limit (`ulimit -f`) stops the WAL from growing, so the commit's write fails at its sync
+    /// (the frames gathered by `CoalescingVFS`). The server ignores SIGXFSZ, whose default would end it:
+    /// each memo that does not fit is refused, the server runs on, and once the limit is lifted it
+    /// accepts again. After a `kill -9`, the database holds exactly the memos answered `204`.
+    @Test func aFileSizeLimitRefusesMemosWithoutStoppingTheServer() throws {
+        let directory = TemporaryDirectory()
+        // 400 blocks of 512 bytes (dash's unit for -f): 200 KiB, which the WAL reaches after a few memos.
+        let server = try ServeProcess(directory: directory, arguments: ["--relay", Self.relayDown],
+                                      ulimit: "-S -f 400")
+        let canary = "narwhal-past-the-limit"
+        var accepted: [String] = []
+        var refused = 0
+        for index in 0..<200 where refused < 5 {
+            let response = try Self.post("memo \(index) \(canary)", port: server.port)
+            if response.status == 204 {
+                #expect(refused == 0, "the limit still stands: nothing fits after the first refusal")
+                accepted.append(try #require(response.header("X-Message-Id")))
+            } else {
+                try Self.expectRefused(response, diskFull: false)
+                refused += 1
+            }
+        }
+        #expect(!accepted.isEmpty && refused == 5, "\(accepted.count) accepted, \(refused) refused")
+        #expect(server.process.isRunning, "SIGXFSZ ended the server")
+        let status = try String(contentsOfFile: "/proc/\(server.process.processIdentifier)/status", encoding: .utf8)
+        let ignored = status.split(separator: "\n").first { $0.hasPrefix("SigIgn:") }
+            .flatMap { UInt64($0.dropFirst("SigIgn:".count).trimmingCharacters(in: .whitespaces), radix: 16) } ?? 0
+        #expect(ignored & (1 << (UInt64(SIGXFSZ) - 1)) != 0, "SIGXFSZ is ignored")
+
+        let lifted = try Command.run("/usr/bin/prlimit", ["--pid", "\(server.process.processIdentifier)",
+                                                         "--fsize=unlimited"])
+        #expect(lifted.status == 0, "\(lifted.errors)")
+        for index in 0..<3 {
+            let response = try Self.post("memo \(index) after the limit", port: server.port)
+            #expect(response.status == 204)
+            accepted.append(try #require(response.header("X-Message-Id")))
+        }
+        // The log is written behind the requests: wait for the refusals' line before the kill.
+        #expect(TestServer.waitUntil(timeout: 60) { server.standardError.contains("outbox commit failed") })
+        #expect(!server.standardError.contains(canary))
+        kill(server.process.processIdentifier, SIGKILL)
+        server.process.waitUntilExit()
+
+        let database = try Database(path: server.data + "/jotter.db", readOnly: true)
+        defer { database.close() }
+        let stored = try database.statement("SELECT id FROM messages").rows([]) { $0.text(0) ?? "" }
+        #expect(stored.count == accepted.count)
+        #expect(Set(stored) == Set(accepted))
+        #expect(try database.pragma("integrity_check") == "ok")
+    }
+}
