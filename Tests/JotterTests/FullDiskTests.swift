@@ -68,6 +68,39 @@ import Testing
         #expect(!server.logs.captured.contains(canary))
     }
 
+    /// `jotter relay` on SQLite, likewise: the message that does not fit is refused with the relay's
+    /// `503`, nothing of it is kept, and the messages accepted before and after are each delivered once.
+    @Test func aFullRelayRefusesTheMessageThatDoesNotFitAndLosesNothing() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let address = "me@example.com"
+        let (_, secret) = try relay.register()
+        try relay.verify(secret, address)
+        #expect(try relay.send(secret, to: address, body: "sent before the disk filled").status == 202)
+        try relay.outbox.database.write(durable: false) { database in
+            let pages = try database.pragma("page_count") ?? "0"
+            try database.execute("PRAGMA max_page_count = \(pages)")
+        }
+        let canary = "okapi-on-a-full-relay-"
+        let large = canary + String(repeating: "y", count: 20_000)
+        let refused = try relay.send(secret, to: address, body: large)
+        #expect(refused.status == 503)
+        #expect(refused.header("Retry-After") == "30")
+        let error = (refused.json as? [String: Any])?["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "storage_unavailable")
+        #expect(error?["message"] as? String == "The relay's disk is full; nothing was stored.")
+
+        try relay.outbox.database.write(durable: false) { try $0.execute("PRAGMA max_page_count = 1073741823") }
+        #expect(try relay.send(secret, to: address, body: large).status == 202)
+        #expect(try relay.finishDeliveries(timeout: 60))
+        let bodies = try relay.mails(to: address).map { $0.message["body"] as? String ?? "" }
+        #expect(bodies.filter { $0.contains("sent before the disk filled") }.count == 1)
+        #expect(bodies.filter { $0.contains(canary) }.count == 1, "the refused copy is not delivered, the later one once")
+        #expect(relay.logs.captured.contains("outbox commit failed"))
+        #expect(!relay.logs.captured.contains(canary))
+    }
+
     /// A file-size limit (`ulimit -f`) stops the WAL from growing, so the commit's write fails at its sync
     /// (the frames gathered by `CoalescingVFS`). The server ignores SIGXFSZ, whose default would end it:
     /// each memo that does not fit is refused, the server runs on, and once the limit is lifted it
