@@ -7,8 +7,6 @@ import Testing
 /// `Retry-After`, every memo answered `204` before it stays (and is delivered once), the server keeps
 /// running, and it accepts again as soon as there is room. No log line holds the refused memo's text.
 @Suite struct FullDiskTests {
-    static let relayDown = "smtp://127.0.0.1:1?tls=none&to=me@example.com&from=me@example.com"
-
     static func post(_ text: String, port: Int) throws -> RawHTTP.Response {
         try RawHTTP.request(port: port, method: "POST", path: "/send", headers: [("Content-Type", "text/plain")],
                             body: Array(text.utf8))
@@ -26,8 +24,25 @@ import Testing
         #expect(message.contains("disk is full") == diskFull, "\(message)", sourceLocation: sourceLocation)
     }
 
-    /// SQLite's limit on the database's pages (`max_page_count`) stands in for a full disk: the insert
-    /// that needs a page more fails with `SQLITE_FULL`, as it does on a disk without room.
+    /// Lets the database grow no further than it is: SQLite's limit on its pages (`max_page_count`, a
+    /// setting of the writer's connection) stands in for a disk without room. Returns the limit it replaced.
+    static func fill(_ database: DatabaseQueue) throws -> String {
+        try database.write(durable: false) { database in
+            let limit = try database.pragma("max_page_count") ?? ""
+            let pages = try database.pragma("page_count") ?? "0"
+            try database.execute("PRAGMA max_page_count = \(pages)")
+            return limit
+        }
+    }
+
+    /// Room again: the limit back where `fill` found it.
+    static func makeRoom(in database: DatabaseQueue, limit: String) throws {
+        try #require(!limit.isEmpty)
+        try database.write(durable: false) { try $0.execute("PRAGMA max_page_count = \(limit)") }
+    }
+
+    /// A database that cannot grow (`fill`): the insert that needs a page more fails with `SQLITE_FULL`, as
+    /// it does on a disk without room.
     @Test func aFullDatabaseRefusesTheMemoThatDoesNotFitAndLosesNothing() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
@@ -39,10 +54,7 @@ import Testing
             #expect(response.status == 204)
             accepted.append(try #require(response.header("X-Message-Id")))
         }
-        try server.outbox.database.write(durable: false) { database in
-            let pages = try database.pragma("page_count") ?? "0"
-            try database.execute("PRAGMA max_page_count = \(pages)")
-        }
+        let limit = try Self.fill(server.outbox.database)
         // 20 KB: overflow pages the database has no room for.
         let canary = "walrus-on-a-full-disk-"
         let large = canary + String(repeating: "x", count: 20_000)
@@ -52,7 +64,7 @@ import Testing
                                                   body: Array(large.utf8)), diskFull: true)
         #expect(Set(try server.outbox.history.latest(limit: 50).map(\.id)) == Set(accepted))
 
-        try server.outbox.database.write(durable: false) { try $0.execute("PRAGMA max_page_count = 1073741823") }
+        try Self.makeRoom(in: server.outbox.database, limit: limit)
         let again = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                        body: Array(large.utf8))
         #expect(again.status == 204)
@@ -78,10 +90,7 @@ import Testing
         let (_, secret) = try relay.register()
         try relay.verify(secret, address)
         #expect(try relay.send(secret, to: address, body: "sent before the disk filled").status == 202)
-        try relay.outbox.database.write(durable: false) { database in
-            let pages = try database.pragma("page_count") ?? "0"
-            try database.execute("PRAGMA max_page_count = \(pages)")
-        }
+        let limit = try Self.fill(relay.outbox.database)
         let canary = "okapi-on-a-full-relay-"
         let large = canary + String(repeating: "y", count: 20_000)
         let refused = try relay.send(secret, to: address, body: large)
@@ -91,7 +100,7 @@ import Testing
         #expect(error?["code"] as? String == "storage_unavailable")
         #expect(error?["message"] as? String == "The relay's disk is full; nothing was stored.")
 
-        try relay.outbox.database.write(durable: false) { try $0.execute("PRAGMA max_page_count = 1073741823") }
+        try Self.makeRoom(in: relay.outbox.database, limit: limit)
         #expect(try relay.send(secret, to: address, body: large).status == 202)
         #expect(try relay.finishDeliveries(timeout: 60))
         let bodies = try relay.mails(to: address).map { $0.message["body"] as? String ?? "" }
@@ -108,7 +117,7 @@ import Testing
     @Test func aFileSizeLimitRefusesMemosWithoutStoppingTheServer() throws {
         let directory = TemporaryDirectory()
         // 400 blocks of 512 bytes (dash's unit for -f): 200 KiB, which the WAL reaches after a few memos.
-        let server = try ServeProcess(directory: directory, arguments: ["--relay", Self.relayDown],
+        let server = try ServeProcess(directory: directory, arguments: ["--relay", CoalescingVFSTests.relayDown],
                                       ulimit: "-S -f 400")
         let canary = "narwhal-past-the-limit"
         var accepted: [String] = []
