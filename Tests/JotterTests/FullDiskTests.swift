@@ -105,7 +105,8 @@ import Testing
         #expect(try relay.finishDeliveries(timeout: 60))
         let bodies = try relay.mails(to: address).map { $0.message["body"] as? String ?? "" }
         #expect(bodies.filter { $0.contains("sent before the disk filled") }.count == 1)
-        #expect(bodies.filter { $0.contains(canary) }.count == 1, "the refused copy is not delivered, the later one once")
+        #expect(bodies.filter { $0.contains(canary) }.count == 1,
+                "the refused copy is not delivered, the later one is, once")
         #expect(relay.logs.captured.contains("outbox commit failed"))
         #expect(!relay.logs.captured.contains(canary))
     }
