@@ -200,6 +200,45 @@ import Testing
         }, "\(([first] + waiting).map { ((try? fixture.record($0)) ?? nil).map { "\($0.status)" } ?? "-" })")
     }
 
+    /// The wall clock set back an hour while the relay is down (a laptop whose clock is corrected when
+    /// the network comes back): the worker goes on probing every few seconds, and the memo goes out at
+    /// the first probe that finds the relay, not an hour later.
+    @Test func aClockSetBackDoesNotStopTheProbesOfARelayThatIsDown() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.unreachable, permanent: false)), maximumWait: 600)
+        defer { fixture.stop() }
+        let clock = fixture.scheduler.clock
+        let probeEvery = DeliveryWorker.Configuration().offlineProbeMilliseconds
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "waits out the outage")).id
+        #expect(fixture.waitForDeadline(clock.monotonicMilliseconds() + probeEvery), "offline, the next probe armed")
+        clock.set(byMilliseconds: -3_600_000)
+        fixture.transport.release()
+        fixture.scheduler.advance(milliseconds: probeEvery)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .sent },
+                "\(String(describing: try? fixture.record(id)))")
+    }
+
+    /// Likewise while the relay refuses: the slow retest still comes fifteen minutes later by the time
+    /// that passed, though the wall clock was set back an hour meanwhile.
+    @Test func aClockSetBackDoesNotPostponeTheRetestOfARefusingRelay() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.auth, permanent: true)))
+        defer { fixture.stop() }
+        let clock = fixture.scheduler.clock
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "held while refused")).id
+        #expect(TestServer.waitUntil(timeout: 30) { (try? fixture.record(id))??.status == .held })
+        #expect(fixture.transport.messages.count == 1)
+        let retest = clock.monotonicMilliseconds() + DeliveryWorker.Configuration().refusedRetestMilliseconds
+        clock.set(byMilliseconds: -3_600_000)
+        fixture.transport.release()
+        while clock.monotonicMilliseconds() < retest {
+            #expect(TestServer.waitUntil(timeout: 20) { fixture.scheduler.nextDeadline != nil })
+            let next = try #require(fixture.scheduler.nextDeadline)
+            fixture.scheduler.advance(milliseconds: max(min(next, retest) - clock.monotonicMilliseconds(), 1))
+        }
+        #expect(TestServer.waitUntil(timeout: 30) { (try? fixture.record(id))??.status == .sent },
+                "\(String(describing: try? fixture.record(id)))")
+        #expect(fixture.transport.messages.count == 2)
+    }
+
     /// Memos are due but every slot is busy (the first send, before the relay has accepted any): the
     /// worker waits for the send to finish, instead of re-arming its timer every millisecond.
     @Test(arguments: [1, 8])

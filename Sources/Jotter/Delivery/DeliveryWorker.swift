@@ -63,7 +63,11 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let scheduler: any Scheduler
     private var timer: (any SchedulerTimer)?
     private var stopped = true
-    private var lastPurge: Int64 = 0
+    // The worker's own intervals (when it last purged and probed, when to retest a refusing relay, when a
+    // batch began gathering) are on the monotonic clock: a wall clock set back an hour must not stop the
+    // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
+    /// When subjects were last purged (monotonic; nil: not yet).
+    private var lastPurge: Int64?
     /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
     /// again, before anything new is claimed.
     private var unrecorded: [Outcome] = []
@@ -72,10 +76,11 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// The relay was unreachable: no claims until a probe succeeds.
     private var offline = false
     private var probing = false
+    /// When the last probe started (monotonic).
     private var lastProbe: Int64 = 0
     /// The relay as seen from here (read by `/healthz`, `/history`).
     private let relay = Mutex<RelayState>(.ok)
-    /// While refused: when to try the relay again with one memo (nil while that try is in flight).
+    /// While refused: when to try the relay again with one memo (monotonic; nil while that try is in flight).
     private var retestAt: Int64?
     /// The relay has accepted a memo since start (or since it last refused): until then one memo at a
     /// time, so a wrong password costs one failed login, not one per slot.
@@ -90,13 +95,13 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// `wake()` on the committing thread, so that a stream of accepts does not wake the control queue
     /// (and re-arm its timer) once per memo when a pump is coming anyway.
     private let coverage = Atomic<Int>(Coverage.idle.rawValue)
-    /// When the first memo arrived while every slot was busy (0: none since the last pump).
+    /// When the first memo arrived while every slot was busy (monotonic; 0: none since the last pump).
     private let arrivedWhileBusy = Atomic<Int64>(0)
     /// A transport's `send` is running (not the bookkeeping after it). Exact for one slot; with several it
     /// is the latest send's state, which does not matter there: only a batching transport (one slot)
     /// waits a window for company.
     private let transportSending = Atomic<Bool>(false)
-    /// When a wake-up first found the worker gathering a batch (nil: not gathering).
+    /// When a wake-up first found the worker gathering a batch (monotonic; nil: not gathering).
     private var gatheringSince: Int64?
     /// The last claim filled every batch: memos are waiting, no need to wait for more.
     private var backlogged = false
@@ -129,9 +134,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         let refusedBefore = try outbox.heldReason(among: DeliveryFailure.relayRefusalKinds)
         control.sync {
             if let refusedBefore {
-                let now = clock.nowMilliseconds()
-                relay.withLock { $0 = .refused(kind: refusedBefore, since: now) }
-                retestAt = now + configuration.refusedRetestMilliseconds
+                relay.withLock { $0 = .refused(kind: refusedBefore, since: clock.nowMilliseconds()) }
+                retestAt = clock.monotonicMilliseconds() + configuration.refusedRetestMilliseconds
             }
             stopped = false
             timer = scheduler.makeTimer(queue: control) { [unowned self] in self.pump() }
@@ -163,7 +167,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             // Only a memo that came while the transport was still sending makes a stream; one that came
             // during the bookkeeping after it is someone sending the next memo as the last arrived.
             if transportSending.load(ordering: .relaxed) {
-                _ = arrivedWhileBusy.compareExchange(expected: 0, desired: clock.nowMilliseconds(), ordering: .relaxed)
+                _ = arrivedWhileBusy.compareExchange(expected: 0, desired: clock.monotonicMilliseconds(),
+                                                     ordering: .relaxed)
             }
             return
         case .pumpArmed:
@@ -177,7 +182,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             self.wakePending.store(false, ordering: .releasing)
             // A stream (this memo came while the transport is sending others): gather the next batch.
             if self.gatheringSince == nil, self.inFlight > 0, self.transportSending.load(ordering: .relaxed) {
-                self.gatheringSince = self.clock.nowMilliseconds()
+                self.gatheringSince = self.clock.monotonicMilliseconds()
             }
             self.pump()
         }
@@ -187,7 +192,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     public func retestRelay() {
         control.async {
             if case .refused = self.relayState, self.retestAt != nil || self.inFlight == 0 {
-                self.retestAt = self.clock.nowMilliseconds()
+                self.retestAt = self.clock.monotonicMilliseconds()
             }
             self.pump()
         }
@@ -212,12 +217,12 @@ public final class DeliveryWorker: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(control))
         coverage.store(Coverage.idle.rawValue, ordering: .releasing)
         guard !stopped else { return }
-        let now = clock.nowMilliseconds()
+        let now = clock.nowMilliseconds(), tick = clock.monotonicMilliseconds()
         let arrived = arrivedWhileBusy.exchange(0, ordering: .relaxed)
         if arrived != 0, gatheringSince == nil { gatheringSince = arrived }  // a stream: gather the next batch
         if offline {
             coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
-            probeIfDue(now: now)
+            probeIfDue(tick: tick)
             return
         }
         if !recordPendingOutcomes() {
@@ -226,13 +231,13 @@ public final class DeliveryWorker: @unchecked Sendable {
             return
         }
         if case .refused(let kind, _, _) = relayState {
-            pumpWhileRefused(kind: kind, now: now)
+            pumpWhileRefused(kind: kind, tick: tick)
             return
         }
         let batch = batchSize, free = slotCount - inFlight
         if free > 0, batch > 1, !backlogged, let since = gatheringSince {
             // Something is due, and company may still come: wait for the window's end.
-            let left = since + configuration.batchWindowMilliseconds - now
+            let left = since + configuration.batchWindowMilliseconds - tick
             if left > 0, let due = try? outbox.nextDueAt(), due <= now {
                 coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
                 timer?.arm(afterMilliseconds: left)
@@ -256,8 +261,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
         }
         // Once a minute, not on every pump (each finished delivery pumps): housekeeping and warnings.
-        if now - lastPurge > 60_000 {
-            lastPurge = now
+        if lastPurge.map({ tick - $0 > 60_000 }) ?? true {
+            lastPurge = tick
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
             warnAboutStuckMemos(now: now)
         }
@@ -317,7 +322,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 self.idle.leave()
                 if case .refused = self.relayState, self.retestAt == nil {
                     // The test was inconclusive (a timeout, say): the relay stays refused for now.
-                    self.retestAt = self.clock.nowMilliseconds() + self.configuration.refusedRetestMilliseconds
+                    self.retestAt = self.clock.monotonicMilliseconds() + self.configuration.refusedRetestMilliseconds
                 }
                 self.pump()
             }
@@ -363,9 +368,9 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// While the relay refuses: new and waiting memos are held with its reason; when a test is due,
     /// one memo (one a person retried, else the oldest held) is sent as the test.
-    private func pumpWhileRefused(kind: String, now: Int64) {
+    private func pumpWhileRefused(kind: String, tick: Int64) {
         dispatchPrecondition(condition: .onQueue(control))
-        if inFlight == 0, let at = retestAt, now >= at {
+        if inFlight == 0, let at = retestAt, tick >= at {
             retestAt = nil
             do {
                 var test = try outbox.claimDue(limit: 1, leaseMilliseconds: configuration.leaseMilliseconds)
@@ -376,11 +381,11 @@ public final class DeliveryWorker: @unchecked Sendable {
                     logger.notice("testing the refusing relay with one memo", metadata: ["message.id": message.id])
                     send([message])
                 } else {
-                    retestAt = now + configuration.refusedRetestMilliseconds
+                    retestAt = tick + configuration.refusedRetestMilliseconds
                 }
             } catch {
                 logger.error("relay test failed to start", metadata: ["error.kind": Self.kind(of: error)])
-                retestAt = now + Self.unrecordedRetryMilliseconds
+                retestAt = tick + Self.unrecordedRetryMilliseconds
             }
         } else if inFlight == 0 {
             do {
@@ -390,13 +395,12 @@ public final class DeliveryWorker: @unchecked Sendable {
                 logger.error("holding memos failed", metadata: ["error.kind": Self.kind(of: error)])
             }
         }
-        timer?.arm(afterMilliseconds: retestAt.map { min(max($0 - now, 1), 60_000) } ?? 60_000)
+        timer?.arm(afterMilliseconds: retestAt.map { min(max($0 - tick, 1), 60_000) } ?? 60_000)
     }
 
     /// A memo failed because the relay refuses (auth, tls, configuration): stop, hold the rest.
     private func relayRefused(kind: String, hint: String?) {
         control.async {
-            let now = self.clock.nowMilliseconds()
             if case .refused = self.relayState {} else {
                 // The hint is a certificate's names: public, never a secret.
                 self.logger.warning("relay refuses; memos held until it is fixed or retried", metadata: [
@@ -404,9 +408,9 @@ public final class DeliveryWorker: @unchecked Sendable {
                     "hint": hint ?? "",
                 ])
             }
-            self.relay.withLock { $0 = .refused(kind: kind, since: now, hint: hint) }
+            self.relay.withLock { $0 = .refused(kind: kind, since: self.clock.nowMilliseconds(), hint: hint) }
             self.relayProven = false
-            self.retestAt = now + self.configuration.refusedRetestMilliseconds
+            self.retestAt = self.clock.monotonicMilliseconds() + self.configuration.refusedRetestMilliseconds
             self.pump()
         }
     }
@@ -429,12 +433,12 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
-    private func probeIfDue(now: Int64) {
+    private func probeIfDue(tick: Int64) {
         dispatchPrecondition(condition: .onQueue(control))
         let dueAt = lastProbe + configuration.offlineProbeMilliseconds
-        if !probing && now >= dueAt {
+        if !probing && tick >= dueAt {
             probing = true
-            lastProbe = now
+            lastProbe = tick
             senders.async {
                 let reachable = self.transport.probe()
                 self.control.async {
@@ -453,7 +457,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 }
             }
         }
-        let wait = max(1, (probing ? now : lastProbe) + configuration.offlineProbeMilliseconds - now)
+        let wait = max(1, (probing ? tick : lastProbe) + configuration.offlineProbeMilliseconds - tick)
         timer?.arm(afterMilliseconds: wait)
     }
 
@@ -461,8 +465,8 @@ public final class DeliveryWorker: @unchecked Sendable {
         control.async {
             guard !self.offline else { return }
             self.offline = true
-            self.lastProbe = self.clock.nowMilliseconds()
-            self.relay.withLock { $0 = .offline(since: self.lastProbe) }
+            self.lastProbe = self.clock.monotonicMilliseconds()
+            self.relay.withLock { $0 = .offline(since: self.clock.nowMilliseconds()) }
             self.logger.warning("relay unreachable; probing", metadata: [
                 "probe_every_ms": "\(self.configuration.offlineProbeMilliseconds)",
             ])

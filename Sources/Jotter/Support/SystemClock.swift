@@ -1,6 +1,6 @@
 import Glibc
 
-/// The system's real-time clock.
+/// The system's real-time clock (`CLOCK_REALTIME`), and `CLOCK_MONOTONIC` for intervals.
 public struct SystemClock: WallClock {
     /// Creates the system clock.
     public init() {}
@@ -9,6 +9,10 @@ public struct SystemClock: WallClock {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    public func monotonicMilliseconds() -> Int64 {
+        Int64(monotonicNanoseconds() / 1_000_000)
     }
 }
 

@@ -27,17 +27,18 @@ final class ManualScheduler: Scheduler {
     /// Moves time forward by `milliseconds` and fires what came due.
     func advance(milliseconds: Int64) {
         clock.advance(milliseconds: milliseconds)
-        let now = clock.nowMilliseconds()
+        let now = clock.monotonicMilliseconds()
         for timer in timers.withLock({ $0 }) { timer.fireIfDue(now: now) }
     }
 
-    /// The earliest armed deadline, if any timer is armed.
+    /// The earliest armed deadline, if any timer is armed, on the clock's monotonic reading (which is its
+    /// wall time until the wall clock is `set`): timers, like Dispatch's, do not move with the wall clock.
     var nextDeadline: Int64? {
         timers.withLock { $0.compactMap(\.deadline).min() }
     }
 }
 
-/// One timer: armed with a deadline on the manual clock.
+/// One timer: armed with a deadline on the manual clock's monotonic reading.
 final class ManualTimer: SchedulerTimer {
     private let queue: DispatchQueue
     private let handler: @Sendable () -> Void
@@ -56,7 +57,7 @@ final class ManualTimer: SchedulerTimer {
     var deadline: Int64? { state.withLock { $0.cancelled ? nil : $0.deadline } }
 
     func arm(afterMilliseconds milliseconds: Int64) {
-        let now = clock.nowMilliseconds()
+        let now = clock.monotonicMilliseconds()
         onArm()
         state.withLock { $0.deadline = now + max(milliseconds, 0) }
         // A deadline already reached fires as a real timer would: at once.
