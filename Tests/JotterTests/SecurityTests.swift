@@ -120,6 +120,17 @@ import Testing
         clock.advance(milliseconds: 1000)
         #expect(limiter.retryAfter(client: "a") == nil)
     }
+
+    /// The wall clock set back an hour (NTP, a person) takes nothing from anyone's bucket: a client that
+    /// posted a moment before may post again at once.
+    @Test func aClockSetBackRefusesNoOne() {
+        let clock = ManualClock()
+        let limiter = RateLimiter(limits: .init(burst: 2, perSecond: 1), clock: clock)
+        #expect(limiter.retryAfter(client: "a") == nil)
+        clock.set(byMilliseconds: -3_600_000)
+        #expect(limiter.retryAfter(client: "a") == nil)
+        #expect(limiter.retryAfter(client: "a") == 1, "the burst is spent; one more second, not an hour")
+    }
 }
 
 @Suite struct LANModeTests {

@@ -143,7 +143,7 @@ public final class PostgresOutbox: MessageOutbox {
                 // database-wide lock for it at COMMIT), so a node announces at most one message in
                 // `notifyEveryMilliseconds`: the others then claim every due message anyway, and this
                 // node's own worker was woken for this one.
-                if announcing.due(now: memo.createdAt) {
+                if announcing.due(now: clock.monotonicMilliseconds()) {
                     try connection.execute("SELECT pg_notify($1, '')", [.text(Self.channel)])
                 }
                 return .success(.accepted(id: memo.id))

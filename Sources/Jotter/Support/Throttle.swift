@@ -9,7 +9,8 @@ final class Throttle: Sendable {
         self.interval = interval
     }
 
-    /// True when `now` (epoch ms) is at least an interval after the last yes (which it then becomes).
+    /// True when `now` (a monotonic reading in ms: a wall clock set back would silence it for the step)
+    /// is at least an interval after the last yes (which it then becomes).
     func due(now: Int64) -> Bool {
         var previous = last.load(ordering: .relaxed)
         while previous == Int64.min || now - previous >= interval {

@@ -37,7 +37,9 @@ public final class RateLimiter: Sendable {
     /// is available.
     public func retryAfter(client address: String) -> Int? {
         let client = ConnectionRegistry.client(address: address)
-        let now = clock.nowMilliseconds()
+        // Monotonic: with the wall clock, one set back an hour drained every bucket by an hour's tokens,
+        // and each client seen before was refused for that hour.
+        let now = clock.monotonicMilliseconds()
         return buckets.withLock { buckets -> Int? in
             if buckets.count > 10_000 {
                 // Forget clients whose buckets have refilled: they are indistinguishable from new ones.
