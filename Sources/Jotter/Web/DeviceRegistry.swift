@@ -61,7 +61,8 @@ public final class DeviceRegistry: Sendable {
     private let database: DatabaseQueue
     private let hashingKey: SymmetricKey
     private let clock: any WallClock
-    /// Device id → when it was last seen, not yet written; and when the oldest of those was noted.
+    /// Device id → when it was last seen (wall time), not yet written; and when the oldest of those was
+    /// noted (monotonic).
     private let unwrittenSightings = Mutex<(seen: [String: Int64], since: Int64?)>(([:], nil))
 
     /// A registry over the `devices` and `pairing_tokens` tables, through the outbox's database queue.
@@ -151,14 +152,17 @@ public final class DeviceRegistry: Sendable {
 
     /// Notes that `id` was seen. Nothing is written per request: sightings gather in memory and go to
     /// the database in one write, off the request's thread, once the oldest is a minute old.
+    /// (The minute is measured on the monotonic clock: on the wall clock, one set back an hour held the
+    /// sightings in memory for that hour.)
     private func noteSeen(id: String, now: Int64) {
+        let tick = clock.monotonicMilliseconds()
         let batch = unwrittenSightings.withLock { state -> [String: Int64]? in
             state.seen[id] = now
             guard let since = state.since else {
-                state.since = now
+                state.since = tick
                 return nil
             }
-            guard now - since >= Self.lastSeenResolution else { return nil }
+            guard tick - since >= Self.lastSeenResolution else { return nil }
             defer { state = ([:], nil) }
             return state.seen
         }
