@@ -293,3 +293,37 @@ import Testing
         #expect(LANBanner.listeningLines(host: "::1", port: 80, lan: nil) == ["Listening on http://[::1]:80"])
     }
 }
+
+@Suite struct DeviceSightingTests {
+    /// A paired device's requests are noted in memory and written together once the first is a minute
+    /// old: a minute of time passing, even when the wall clock is set back meanwhile (on the wall clock
+    /// the sightings waited for the clock to catch up).
+    @Test func sightingsAreWrittenAMinuteLaterThoughTheClockWasSetBack() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: clock)
+        defer { outbox.close() }
+        let registry = try DeviceRegistry(outbox: outbox, clock: clock)
+        let link = try registry.issuePairingToken().token
+        guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
+            Issue.record("not paired")
+            return
+        }
+        func stored() throws -> Int64? {
+            try outbox.database.read { database in
+                try database.statement("SELECT last_seen_at FROM devices WHERE id = ?")
+                    .firstRow([.text(device.id)]) { $0.optionalInt64(0) } ?? nil
+            }
+        }
+        let paired = try #require(try stored())
+        clock.advance(milliseconds: 10 * 60_000)
+        #expect(registry.verify(deviceToken: token) == device.id)
+        #expect(try stored() == paired, "nothing is written per request")
+        clock.set(byMilliseconds: -5 * 60_000)
+        clock.advance(milliseconds: DeviceRegistry.lastSeenResolution)
+        #expect(registry.verify(deviceToken: token) == device.id)
+        let latest = clock.nowMilliseconds()
+        #expect(TestServer.waitUntil(timeout: 20) { (try? stored()) == latest },
+                "stored \(String(describing: try? stored())), expected \(latest)")
+    }
+}
