@@ -126,10 +126,14 @@ struct MessageStore: Sendable {
                   .text(id), .text(from.rawValue)])
     }
 
-    /// Ids in `status`, oldest first.
+    /// Ids in `status`, oldest first; through the status's index, so never a scan of the delivered.
     func ids(in status: DeliveryStatus, database: Database) throws -> [String] {
-        try database.statement("SELECT id FROM messages WHERE status = ? ORDER BY seq")
-            .rows([.text(status.rawValue)]) { $0.text(0) ?? "" }
+        try database.statement(Self.idsQuery(status)).rows([]) { $0.text(0) ?? "" }
+    }
+
+    static func idsQuery(_ status: DeliveryStatus) -> String {
+        let source = StatusIndex.holding(status)?.from([status]) ?? "FROM messages WHERE status = 'sent'"
+        return "SELECT id \(source) ORDER BY seq"
     }
 
     /// Up to `limit` memos that may be claimed now: due queued or retrying memos first (oldest due
@@ -140,13 +144,11 @@ struct MessageStore: Sendable {
             SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM messages
             WHERE seq IN (
                 SELECT seq FROM (
-                    SELECT seq FROM messages INDEXED BY messages_waiting
-                    WHERE status IN ('queued', 'retrying') AND next_attempt_at <= ?1
+                    SELECT seq \(StatusIndex.waiting.from()) AND next_attempt_at <= ?1
                     ORDER BY next_attempt_at, seq LIMIT ?2)
                 UNION ALL
                 SELECT seq FROM (
-                    SELECT seq FROM messages INDEXED BY messages_in_flight
-                    WHERE status = 'sending' AND lease_until <= ?1 LIMIT ?2)
+                    SELECT seq \(StatusIndex.inFlight.from()) AND lease_until <= ?1 LIMIT ?2)
                 LIMIT ?2)
             ORDER BY COALESCE(next_attempt_at, lease_until), seq
             """).rows([.integer(now), .integer(Int64(limit))]) { row in
@@ -156,13 +158,10 @@ struct MessageStore: Sendable {
 
     /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
     func nextDueAt(in database: Database) throws -> Int64? {
-        let waiting = try database.statement("""
-            SELECT MIN(next_attempt_at) FROM messages INDEXED BY messages_waiting
-            WHERE status IN ('queued', 'retrying')
-            """).firstRow { $0.optionalInt64(0) } ?? nil
-        let leases = try database.statement("""
-            SELECT MIN(lease_until) FROM messages INDEXED BY messages_in_flight WHERE status = 'sending'
-            """).firstRow { $0.optionalInt64(0) } ?? nil
+        let waiting = try database.statement("SELECT MIN(next_attempt_at) \(StatusIndex.waiting.from())")
+            .firstRow { $0.optionalInt64(0) } ?? nil
+        let leases = try database.statement("SELECT MIN(lease_until) \(StatusIndex.inFlight.from())")
+            .firstRow { $0.optionalInt64(0) } ?? nil
         return [waiting, leases].compactMap { $0 }.min()
     }
 
@@ -172,10 +171,15 @@ struct MessageStore: Sendable {
     }
 
     /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms): not a lifecycle step.
+    /// Through the index of kept subjects, so the minutely purge reads only what it erases.
     func purgeSubjects(deliveredBefore cutoff: Int64, in database: Database) throws {
-        try database.run("UPDATE messages SET sealed_subject = NULL WHERE status = 'sent' AND delivered_at < ?",
-                         [.integer(cutoff)])
+        try database.run(Self.purgeQuery, [.integer(cutoff)])
     }
+
+    static let purgeQuery = """
+        UPDATE messages INDEXED BY messages_subject_kept SET sealed_subject = NULL
+        WHERE status = 'sent' AND sealed_subject IS NOT NULL AND delivered_at < ?
+        """
 
     /// Opens a claimed memo's payload; nil if it does not open.
     func open(_ sealed: [UInt8]?, id: String) -> MemoContent? {

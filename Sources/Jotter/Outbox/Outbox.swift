@@ -55,7 +55,7 @@ public final class Outbox: MessageOutbox {
     public let settings: SettingsStore
     /// What `/history` and `/healthz` read.
     public let history: HistoryReader
-    private let store: MessageStore
+    let store: MessageStore
     private let accepting: GroupCommit
     private let hashingKey: SymmetricKey
     private let clock: any WallClock
