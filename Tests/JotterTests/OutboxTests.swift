@@ -113,6 +113,29 @@ enum WALFile {
 @Suite struct OutboxTests {
     // MARK: Durability and confidentiality
 
+    /// The database and its WAL and shared-memory files are the owner's alone, whatever the umask (this
+    /// test process's is 022, as a login shell's), and a database an older Jotter left 0644 is tightened.
+    @Test func theDatabaseFilesAreTheOwnersAlone() async throws {
+        func mode(_ path: String) -> mode_t? {
+            var info = stat()
+            return stat(path, &info) == 0 ? info.st_mode & 0o777 : nil
+        }
+        let fixture = try OutboxFixture()
+        do {
+            let outbox = try fixture.open()
+            _ = try await outbox.enqueue(MemoDraft(body: "metadata is private too"))
+            for file in [fixture.path, fixture.path + "-wal", fixture.path + "-shm"] {
+                #expect(mode(file) == 0o600, "\(file)")
+            }
+            outbox.close()
+        }
+        #expect(chmod(fixture.path, 0o644) == 0)
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        #expect(mode(fixture.path) == 0o600)
+        #expect(try outbox.history.counts()[.queued] == 1)
+    }
+
     @Test func acceptedMemoIsThereAfterReopening() async throws {
         let fixture = try OutboxFixture()
         let outbox = try fixture.open()

@@ -1,4 +1,5 @@
 import CSQLite
+import Glibc
 
 /// One SQLite connection. Not thread-safe: its owner serialises every use (see `Outbox`).
 public final class Database {
@@ -22,6 +23,22 @@ public final class Database {
         sqlite3_extended_result_codes(connection, 1)
         self.connection = connection
         self.path = path
+        if !readOnly { Self.restrictToOwner(path) }
+    }
+
+    /// Takes group and other access away from the database file and its `-wal` and `-shm` files (SQLite
+    /// creates the database 0644 less the umask, and the other two with the database's mode): the memos
+    /// in it are sealed, but when they came, went and failed is nobody else's business either. Only the
+    /// owner's own files; a file it cannot change is left as it is. By path, never by opening the file:
+    /// closing a descriptor of a file drops every POSIX lock this process holds on it, the locks of the
+    /// other connections of this process included.
+    private static func restrictToOwner(_ path: String) {
+        for file in [path, path + "-wal", path + "-shm"] {
+            var info = stat()
+            guard stat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(),
+                  info.st_mode & 0o077 != 0 else { continue }
+            _ = chmod(file, info.st_mode & 0o700)
+        }
     }
 
     deinit {
