@@ -70,6 +70,12 @@ public final class PostgresOutbox: MessageOutbox {
         CREATE INDEX jotter_messages_status ON jotter_messages (status, seq) WHERE status IN ('held', 'failed');
         CREATE TABLE jotter_settings (name TEXT PRIMARY KEY, value BYTEA NOT NULL)
         """,
+        // The minutely subject purge read every row (15 ms at 200,000 delivered memos, on every node);
+        // through this index it reads what it erases.
+        """
+        CREATE INDEX jotter_messages_subject_kept ON jotter_messages (delivered_at)
+            WHERE status = 'sent' AND sealed_subject IS NOT NULL
+        """,
     ]
 
     /// The hashing secret, sealed in `jotter_settings`; the first node to ask makes it.
@@ -335,11 +341,13 @@ public final class PostgresOutbox: MessageOutbox {
     }
 
     public func purgeSubjects(deliveredBefore cutoff: Int64) throws {
-        _ = try pool.with { connection in
-            try connection.execute("UPDATE jotter_messages SET sealed_subject = NULL WHERE status = 'sent' AND delivered_at < $1",
-                                   [.integer(cutoff)])
-        }
+        _ = try pool.with { connection in try connection.execute(Self.purgeQuery, [.integer(cutoff)]) }
     }
+
+    static let purgeQuery = """
+        UPDATE jotter_messages SET sealed_subject = NULL
+        WHERE status = 'sent' AND sealed_subject IS NOT NULL AND delivered_at < $1
+        """
 
     // MARK: Reading
 
@@ -363,13 +371,19 @@ public final class PostgresOutbox: MessageOutbox {
 
     public func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {
         try pool.with { connection in
-            try connection.execute("""
-                SELECT \(Self.recordColumns) FROM jotter_messages
-                WHERE status IN ('queued', 'sending', 'retrying', 'failed', 'held') AND created_at < $1
-                ORDER BY seq LIMIT $2
-                """, [.integer(cutoff), .integer(Int64(limit))]).all.map(record)
+            try connection.execute(Self.stuckQuery, [.integer(cutoff), .integer(Int64(limit))]).all.map(record)
         }
     }
+
+    /// The memos not delivered, one partial index each (one `IN` over all five read the whole table:
+    /// 20 ms at 200,000 memos, every minute on every node).
+    static let stuckQuery = """
+        SELECT \(recordColumns) FROM jotter_messages WHERE seq IN (
+            SELECT seq FROM jotter_messages WHERE status IN ('queued', 'retrying') AND created_at < $1
+            UNION ALL SELECT seq FROM jotter_messages WHERE status = 'sending' AND created_at < $1
+            UNION ALL SELECT seq FROM jotter_messages WHERE status IN ('held', 'failed') AND created_at < $1)
+        ORDER BY seq LIMIT $2
+        """
 
     @discardableResult
     public func forgetFinished(before cutoff: Int64) throws -> Int {
