@@ -210,6 +210,18 @@ public enum SubjectLine {
 
     /// `sanitized` for ASCII bytes: controls (below 0x20, and DEL) and spaces collapse into one space.
     private static func sanitizedASCII(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> [UInt8] {
+        // Most lines need nothing done: no control character, no run of spaces, no space at either end.
+        var previous: UInt8 = 0x20
+        var clean = true
+        for byte in bytes {
+            if byte < 0x20 || byte == 0x7F || (byte == 0x20 && previous == 0x20) {
+                clean = false
+                break
+            }
+            previous = byte
+        }
+        if clean && previous != 0x20 { return Array(bytes) }
+
         var result: [UInt8] = []
         result.reserveCapacity(bytes.count)
         var pendingSpace = false
