@@ -136,6 +136,27 @@ enum WALFile {
         #expect(try outbox.history.counts()[.queued] == 1)
     }
 
+    /// Opening the database again in this process leaves the locks of the connections already open
+    /// where they were. A POSIX lock belongs to the process, and closing any descriptor of the file drops
+    /// them all: then another process could truncate the WAL under a reader's snapshot.
+    @Test func anotherConnectionLeavesTheOpenOnesTheirLocks() async throws {
+        let fixture = try OutboxFixture()
+        let outbox = try fixture.open()
+        defer { outbox.close() }
+        _ = try await outbox.enqueue(MemoDraft(body: "still in the WAL"))
+        let checkpoint = """
+            import sqlite3, sys
+            print(sqlite3.connect(sys.argv[1], timeout=0).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+            """
+        let busy = try outbox.database.read { database -> String in  // one read transaction, one snapshot
+            #expect(try database.statement("SELECT COUNT(*) FROM messages").firstRow { $0.int64(0) } == 1)
+            try Database(path: fixture.path).close()
+            return try Python.run(checkpoint, arguments: [fixture.path])
+        }
+        #expect(busy == "1\n", "the reader's snapshot still holds the WAL")
+        #expect(try Python.run(checkpoint, arguments: [fixture.path]) == "0\n", "and lets it go when done")
+    }
+
     @Test func acceptedMemoIsThereAfterReopening() async throws {
         let fixture = try OutboxFixture()
         let outbox = try fixture.open()
