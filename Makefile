@@ -44,6 +44,7 @@ bench: deps postgres-deps
 	bench/delivery --no-build
 	bench/page --no-build
 	bench/syncs --no-build
+	bench/history --no-build
 	bench/hostile --no-build
 	bench/relay --no-build
 
