@@ -8,4 +8,11 @@ static inline sqlite3_destructor_type jotter_sqlite_transient(void) {
     return SQLITE_TRANSIENT;
 }
 
+/// Turns off SQLite's memory statistics (sqlite3_memory_used and its kin, which Jotter never reads). With
+/// them on, every allocation and free SQLite makes takes one process-wide mutex to count it. Only takes
+/// effect before SQLite initializes; returns SQLITE_MISUSE after that (and nothing changes).
+static inline int jotter_sqlite_disable_memory_statistics(void) {
+    return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 #endif

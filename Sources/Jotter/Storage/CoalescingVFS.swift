@@ -224,6 +224,7 @@ enum CoalescingVFS {
     }()
 
     private static func register() -> Bool {
+        SQLiteLibrary.configured
         guard let unix = sqlite3_vfs_find("unix") else { return false }
         let vfs = UnsafeMutablePointer<sqlite3_vfs>.allocate(capacity: 1)
         var copy = unix.pointee

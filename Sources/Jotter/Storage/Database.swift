@@ -11,6 +11,7 @@ public final class Database {
     /// Opens (creating if needed) the database at `path`, through the VFS named `vfs` (SQLite's default
     /// when nil).
     public init(path: String, readOnly: Bool = false, vfs: String? = nil) throws {
+        SQLiteLibrary.configured
         var connection: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
             | SQLITE_OPEN_NOMUTEX
