@@ -69,16 +69,18 @@ struct MessageStore: Sendable {
             }
         }
         let memo = try prepare(draft, now: now, hashes: hashes)
-        try database.run("""
-            INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
-                                  next_attempt_at, idempotency_hash, payload_hash)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
+        try database.run(Self.insertQuery, [.text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
                   .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
                   Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .blob($0) } ?? .null,
                   .blob(memo.payloadHash)])
         return .success(.accepted(id: memo.id))
     }
+
+    static let insertQuery = """
+        INSERT INTO messages (id, created_at, sealed_payload, sealed_subject, status, attempts,
+                              next_attempt_at, idempotency_hash, payload_hash)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """
 
     /// The bytes whose keyed hash detects a conflicting replay: exactly what the client sent.
     private static func canonicalPayload(_ draft: MemoDraft) -> [UInt8] {
@@ -114,17 +116,19 @@ struct MessageStore: Sendable {
     /// Writes `lifecycle` for memo `id`, provided it is still in status `from` (a transition is decided
     /// on what was read in the same transaction; this guards against a caller that did not).
     func persist(_ lifecycle: DeliveryLifecycle, id: String, from: DeliveryStatus, in database: Database) throws {
-        try database.run("""
-            UPDATE messages SET status = ?, attempts = ?, backoff_step = ?, next_attempt_at = ?, lease_until = ?,
-                                delivered_at = ?, last_error = ?,
-                                sealed_payload = CASE WHEN ? THEN NULL ELSE sealed_payload END
-            WHERE id = ? AND status = ?
-            """, [.text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
+        try database.run(Self.persistQuery, [.text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
                   .integer(Int64(lifecycle.backoffStep)), Self.value(lifecycle.nextAttemptAt),
                   Self.value(lifecycle.leaseUntil), Self.value(lifecycle.deliveredAt),
                   lifecycle.lastError.map { .text($0) } ?? .null, .integer(lifecycle.erasesBody ? 1 : 0),
                   .text(id), .text(from.rawValue)])
     }
+
+    static let persistQuery = """
+        UPDATE messages SET status = ?, attempts = ?, backoff_step = ?, next_attempt_at = ?, lease_until = ?,
+                            delivered_at = ?, last_error = ?,
+                            sealed_payload = CASE WHEN ? THEN NULL ELSE sealed_payload END
+        WHERE id = ? AND status = ?
+        """
 
     /// Ids in `status`, oldest first; through the status's index, so never a scan of the delivered.
     func ids(in status: DeliveryStatus, database: Database) throws -> [String] {
@@ -167,8 +171,10 @@ struct MessageStore: Sendable {
 
     /// Forgets one memo's subject (a memo taken back keeps nothing of its text).
     func eraseSubject(id: String, in database: Database) throws {
-        try database.run("UPDATE messages SET sealed_subject = NULL WHERE id = ?", [.text(id)])
+        try database.run(Self.eraseSubjectQuery, [.text(id)])
     }
+
+    static let eraseSubjectQuery = "UPDATE messages SET sealed_subject = NULL WHERE id = ?"
 
     /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms): not a lifecycle step.
     /// Through the index of kept subjects, so the minutely purge reads only what it erases.

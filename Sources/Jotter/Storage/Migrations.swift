@@ -96,6 +96,15 @@ enum Migrations {
         CREATE INDEX messages_stopped ON messages(status, created_at) WHERE status IN ('failed', 'held', 'cancelled');
         CREATE INDEX messages_subject_kept ON messages(delivered_at) WHERE status = 'sent' AND sealed_subject IS NOT NULL;
         """,
+        // Every INSERT and every status change tests each partial index's condition on the row. SQLite codes
+        // `status IN (…)` of three or more values as a temporary b-tree, built and dropped for each row: the
+        // stopped index of version 8 cost each accepted memo 34,000 instructions (173k → 207k, callgrind).
+        // The same condition as comparisons costs a few; `StatusIndex` writes it the same way in queries.
+        """
+        DROP INDEX messages_stopped;
+        CREATE INDEX messages_stopped ON messages(status, created_at)
+            WHERE status = 'failed' OR status = 'held' OR status = 'cancelled';
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.
