@@ -14,7 +14,8 @@ import Testing
         try queue.write { database in
             try database.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body BLOB)")
             for index in 0..<100 {
-                try database.run("INSERT INTO notes (body) VALUES (?)", [.blob([UInt8](repeating: UInt8(index), count: 2_000))])
+                let body = [UInt8](repeating: UInt8(index), count: 2_000)
+                try database.run("INSERT INTO notes (body) VALUES (?)", [.blob(body)])
             }
         }
         let rows = try queue.read { try $0.statement("SELECT count(*) FROM notes").firstRow([]) { $0.int64(0) } }

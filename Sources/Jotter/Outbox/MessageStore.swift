@@ -69,10 +69,12 @@ struct MessageStore: Sendable {
             }
         }
         let memo = try prepare(draft, now: now, hashes: hashes)
-        try database.run(Self.insertQuery, [.text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
-                  .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
-                  Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .blob($0) } ?? .null,
-                  .blob(memo.payloadHash)])
+        try database.run(Self.insertQuery, [
+            .text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
+            .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
+            Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .blob($0) } ?? .null,
+            .blob(memo.payloadHash),
+        ])
         return .success(.accepted(id: memo.id))
     }
 
@@ -116,11 +118,13 @@ struct MessageStore: Sendable {
     /// Writes `lifecycle` for memo `id`, provided it is still in status `from` (a transition is decided
     /// on what was read in the same transaction; this guards against a caller that did not).
     func persist(_ lifecycle: DeliveryLifecycle, id: String, from: DeliveryStatus, in database: Database) throws {
-        try database.run(Self.persistQuery, [.text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
-                  .integer(Int64(lifecycle.backoffStep)), Self.value(lifecycle.nextAttemptAt),
-                  Self.value(lifecycle.leaseUntil), Self.value(lifecycle.deliveredAt),
-                  lifecycle.lastError.map { .text($0) } ?? .null, .integer(lifecycle.erasesBody ? 1 : 0),
-                  .text(id), .text(from.rawValue)])
+        try database.run(Self.persistQuery, [
+            .text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
+            .integer(Int64(lifecycle.backoffStep)), Self.value(lifecycle.nextAttemptAt),
+            Self.value(lifecycle.leaseUntil), Self.value(lifecycle.deliveredAt),
+            lifecycle.lastError.map { .text($0) } ?? .null, .integer(lifecycle.erasesBody ? 1 : 0),
+            .text(id), .text(from.rawValue),
+        ])
     }
 
     static let persistQuery = """
