@@ -270,27 +270,29 @@ extension HTTPServer {
         context.reservedBytes = 0
         let now = monotonicNanoseconds()
         registry.requestEnded(context.connectionID, now: now)
-        let elapsed = now - context.started
         let messageID = context.reply.messageID
-        let outcome: String
-        let ownStatus = context.queued ? 0 : Int(jotter_mhd_queued_status(context.connection))
-        if reason == .REQUEST_TERMINATED_COMPLETED_OK && context.queued {
-            outcome = String(context.status)
-        } else if let closing = registry.closing(context.connectionID) {
-            outcome = closing.rawValue
-        } else if ownStatus != 0 {
-            outcome = String(ownStatus)  // refused by libmicrohttpd itself (400, 413, 431)
-        } else {
-            outcome = "aborted"
+        // The request's line, built only when it is logged: a quiet server skips the outcome's lookups, the
+        // numbers formatted and the metadata (callgrind, GET /: 51,444 → 49,791 instructions at warning).
+        if logger.logLevel <= .info {
+            logger.info("request", metadata: [
+                "method": Self.loggable(method: context.method), "path": context.route ?? "-",
+                "status": outcome(context, reason: reason),
+                "duration_ms": Logger.milliseconds(nanoseconds: now - context.started),
+                "message.id": messageID ?? "-",
+            ])
         }
-        logger.info("request", metadata: [
-            "method": Self.loggable(method: context.method), "path": context.route ?? "-",
-            "status": outcome, "duration_ms": Logger.milliseconds(nanoseconds: elapsed),
-            "message.id": messageID ?? "-",
-        ])
         if reason != .REQUEST_TERMINATED_COMPLETED_OK, let messageID {
             logger.notice("client left before its answer; the memo is stored", metadata: ["message.id": messageID])
         }
+    }
+
+    /// How the request ended, as its log line says: the status answered, why the registry closed the
+    /// connection, the status libmicrohttpd refused it with, or `aborted`.
+    private func outcome(_ context: RequestContext, reason: MHD_RequestTerminationCode) -> String {
+        if reason == .REQUEST_TERMINATED_COMPLETED_OK && context.queued { return String(context.status) }
+        if let closing = registry.closing(context.connectionID) { return closing.rawValue }
+        let ownStatus = context.queued ? 0 : Int(jotter_mhd_queued_status(context.connection))
+        return ownStatus != 0 ? String(ownStatus) : "aborted"  // refused by libmicrohttpd itself (400, 413, 431)
     }
 
     /// Methods are client-chosen text: log only the ones HTTP defines.
