@@ -1,13 +1,28 @@
 /// MIME encoders: RFC 2047 encoded-words, quoted-printable and base64 (RFC 2045).
 enum MIME {
-    /// `Subject: …`, plain when it is short printable ASCII, else folded UTF-8 encoded-words.
-    static func subjectHeader(_ subject: String) -> String {
+    /// `Subject: …` appended to `out`: plain when it is short printable ASCII, else folded UTF-8
+    /// encoded-words.
+    static func appendSubjectHeader(_ subject: String, to out: inout [UInt8]) {
         let name = "Subject: "
-        let isPlain = subject.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
-            && name.count + subject.utf8.count <= 78 && !subject.contains("=?")
-        if isPlain { return name + subject }
-        if subject.isEmpty { return "Subject:" }
-        return name + encodedWords(subject, firstLineUsed: name.count).joined(separator: "\r\n ")
+        var isPlain = name.utf8.count + subject.utf8.count <= 78
+        var previous: UInt8 = 0
+        for byte in subject.utf8 where isPlain {
+            // Printable ASCII, and no `=?` that a reader could take for the start of an encoded-word.
+            isPlain = byte >= 0x20 && byte < 0x7F && !(previous == UInt8(ascii: "=") && byte == UInt8(ascii: "?"))
+            previous = byte
+        }
+        if isPlain {
+            out.append(utf8: name)
+            out.append(utf8: subject)
+        } else if subject.isEmpty {
+            out.append("Subject:")
+        } else {
+            out.append(utf8: name)
+            for (index, word) in encodedWords(subject, firstLineUsed: name.utf8.count).enumerated() {
+                if index > 0 { out.append("\r\n ") }
+                out.append(utf8: word)
+            }
+        }
     }
 
     /// `text` as UTF-8 encoded-words (RFC 2047), each at most 75 characters and the first fitting
@@ -77,7 +92,6 @@ enum MIME {
     /// Q encoding (RFC 2047 4.2) restricted to what is safe in any header context, phrases included:
     /// letters, digits and `!*+-/` as they are, space as `_`, every other byte as `=XX`.
     static func qEncode<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count * 3)
         for byte in bytes {
@@ -87,8 +101,8 @@ enum MIME {
                 out.append(UInt8(ascii: "_"))
             } else {
                 out.append(UInt8(ascii: "="))
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 15)])
+                out.append(hexDigit(byte >> 4))
+                out.append(hexDigit(byte & 15))
             }
         }
         return String(decoding: out, as: UTF8.self)
@@ -110,92 +124,105 @@ enum MIME {
         }
     }
 
-    static func encodeBody(_ body: String) -> (encoding: String, bytes: [UInt8]) {
-        let lines = normalizedLines(body)
-        let utf8 = lines.joined(separator: "\n").utf8
-        let nonASCII = utf8.reduce(0) { $0 + ($1 >= 0x80 ? 1 : 0) }
-        let sevenBit = nonASCII == 0
-            && lines.allSatisfy { line in
-                line.utf8.count <= 998 && !line.hasPrefix("From ")
-                    && line.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 < 0x7F) }
-            }
-        if sevenBit {
-            return ("7bit", Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
-        }
-        if nonASCII * 3 > utf8.count {
-            let encoded = base64(Array((lines.joined(separator: "\r\n") + "\r\n").utf8))
-            var out: [UInt8] = []
-            out.reserveCapacity(encoded.utf8.count + encoded.utf8.count / 76 * 2 + 2)
-            var column = 0
-            for byte in encoded.utf8 {
-                out.append(byte)
-                column += 1
-                if column == 76 {
-                    out += [13, 10]
-                    column = 0
+    /// The body for the wire, CRLF line endings whatever its own (CRLF, LF or CR), appended to `out`:
+    /// `7bit` when every line is short printable ASCII that does not start with `From `, base64 when more
+    /// than a third of its bytes are not ASCII, quoted-printable otherwise. Returns the encoding's name.
+    static func appendBody(_ body: String, to out: inout [UInt8]) -> StaticString {
+        var body = body
+        return body.withUTF8 { utf8 in
+            let lines = lineRanges(utf8)
+            let nonASCII = utf8.reduce(0) { $0 + ($1 >= 0x80 ? 1 : 0) }
+            let sevenBit = nonASCII == 0
+                && lines.allSatisfy { line in
+                    line.count <= 998 && !utf8[line].starts(with: "From ".utf8)
+                        && utf8[line].allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 < 0x7F) }
                 }
+            if sevenBit {
+                for line in lines {
+                    out.append(contentsOf: utf8[line])
+                    out.append("\r\n")
+                }
+                return "7bit"
             }
-            if column > 0 { out += [13, 10] }
-            return ("base64", out)
+            // The text with its lines joined by LF is the one whose share of non-ASCII bytes decides.
+            if nonASCII * 3 > lines.reduce(lines.count - 1, { $0 + $1.count }) {
+                var text: [UInt8] = []
+                text.reserveCapacity(utf8.count + lines.count + 2)
+                for line in lines {
+                    text.append(contentsOf: utf8[line])
+                    text.append("\r\n")
+                }
+                let encoded = base64(text).utf8
+                out.reserveCapacity(out.count + encoded.count + encoded.count / 76 * 2 + 2)
+                var column = 0
+                for byte in encoded {
+                    out.append(byte)
+                    column += 1
+                    if column == 76 {
+                        out.append("\r\n")
+                        column = 0
+                    }
+                }
+                if column > 0 { out.append("\r\n") }
+                return "base64"
+            }
+            for line in lines {
+                appendQuotedPrintable(utf8[line], to: &out)
+                out.append("\r\n")
+            }
+            return "quoted-printable"
         }
-        var out: [UInt8] = []
-        for line in lines {
-            out += quotedPrintable(Array(line.utf8))
-            out += [13, 10]
-        }
-        return ("quoted-printable", out)
     }
 
-    /// The body's lines, whatever its line breaks (CRLF, LF, CR).
-    static func normalizedLines(_ body: String) -> [String] {
-        var lines: [String] = []
-        var current = ""
-        var previousWasCR = false
-        for scalar in body.unicodeScalars {
-            if scalar == "\r" {
-                lines.append(current)
-                current = ""
-                previousWasCR = true
-                continue
+    /// Where the lines of `text` are, whatever its line breaks (CRLF, LF, CR): a text of n breaks has
+    /// n + 1 lines, the last one possibly empty.
+    static func lineRanges(_ text: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
+        var lines: [Range<Int>] = []
+        var start = 0
+        var index = 0
+        while index < text.count {
+            let byte = text[index]
+            if byte == 13 || byte == 10 {
+                lines.append(start..<index)
+                if byte == 13 && index + 1 < text.count && text[index + 1] == 10 { index += 1 }
+                start = index + 1
             }
-            if scalar == "\n" {
-                if !previousWasCR {
-                    lines.append(current)
-                    current = ""
-                }
-                previousWasCR = false
-                continue
-            }
-            previousWasCR = false
-            current.unicodeScalars.append(scalar)
+            index += 1
         }
-        lines.append(current)
+        lines.append(start..<text.count)
         return lines
     }
 
-    /// One line, quoted-printable, soft-broken at 76 columns. An `F` or `.` that starts a wire line (the
-    /// line's first byte, or the first after a soft break) is encoded, so `From ` lines survive mbox
-    /// readers and `.` lines survive careless SMTP relays.
-    static func quotedPrintable(_ line: [UInt8]) -> [UInt8] {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
+    /// One line, quoted-printable, soft-broken at 76 columns, appended to `out`. An `F` or `.` that
+    /// starts a wire line (the line's first byte, or the first after a soft break) is encoded, so `From `
+    /// lines survive mbox readers and `.` lines survive careless SMTP relays.
+    static func appendQuotedPrintable(_ line: Slice<UnsafeBufferPointer<UInt8>>, to out: inout [UInt8]) {
         var column = 0
-        for (index, byte) in line.enumerated() {
-            let isLast = index == line.count - 1
-            let mustEncode = byte == 0x3D || byte >= 0x7F || (byte < 0x20 && byte != 0x09)
+        for index in line.indices {
+            let byte = line[index]
+            let isLast = index == line.endIndex - 1
+            var encode = byte == 0x3D || byte >= 0x7F || (byte < 0x20 && byte != 0x09)
                 || (isLast && (byte == 0x20 || byte == 0x09))
-            var piece: [UInt8] = mustEncode ? [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]] : [byte]
-            if column + piece.count > 75 {
-                out += [0x3D, 13, 10]
+            if column + (encode ? 3 : 1) > 75 {
+                out.append("=\r\n")
                 column = 0
             }
-            if column == 0 && (byte == 0x2E || byte == 0x46) {
-                piece = [0x3D, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            if column == 0 && (byte == 0x2E || byte == 0x46) { encode = true }
+            if encode {
+                out.append(0x3D)
+                out.append(hexDigit(byte >> 4))
+                out.append(hexDigit(byte & 0x0F))
+                column += 3
+            } else {
+                out.append(byte)
+                column += 1
             }
-            out += piece
-            column += piece.count
         }
-        return out
+    }
+
+    /// An upper-case hexadecimal digit for 0–15.
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "A") + value - 10
     }
 
     /// Base64 of `bytes` (OpenSSL's: the one encoder in Jotter).

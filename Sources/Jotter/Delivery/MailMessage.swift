@@ -32,21 +32,31 @@ public struct MailMessage: Sendable, Equatable {
         "<\(id)@\(from.domain)>"
     }
 
-    /// The full message, CRLF line endings, ready for SMTP or a Maildir file.
+    /// The full message, CRLF line endings, ready for SMTP or a Maildir file. Built as bytes into one
+    /// buffer: a Maildir batch renders every memo it delivers.
     public func rendered() -> [UInt8] {
-        var headers: [String] = []
-        headers.append("Date: \(Timestamp.rfc5322(milliseconds: date))")
-        headers.append("From: \(from.headerValue)")
-        headers.append("To: \(to.headerValue)")
-        headers.append(MIME.subjectHeader(subject))
-        headers.append("Message-ID: \(messageID)")
-        headers.append("MIME-Version: 1.0")
-        let (encoding, encodedBody) = MIME.encodeBody(body)
-        headers.append("Content-Type: text/plain; charset=utf-8")
-        headers.append("Content-Transfer-Encoding: \(encoding)")
-        headers.append("X-Mailer: Jotter")
-        var bytes = Array((headers.joined(separator: "\r\n") + "\r\n\r\n").utf8)
-        bytes += encodedBody
-        return bytes
+        var out: [UInt8] = []
+        out.reserveCapacity(420 + from.name.utf8.count * 3 + subject.utf8.count * 3 + body.utf8.count * 14 / 10)
+        out.append("Date: ")
+        Timestamp.appendRFC5322(milliseconds: date, to: &out)
+        out.append("\r\nFrom: ")
+        from.appendHeaderValue(to: &out)
+        out.append("\r\nTo: ")
+        to.appendHeaderValue(to: &out)
+        out.append("\r\n")
+        MIME.appendSubjectHeader(subject, to: &out)
+        out.append("\r\nMessage-ID: ")
+        out.append(utf8: messageID)
+        out.append("\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n")
+        // The encoding is known once the body is encoded, so the body goes after the headers' end and
+        // its header is put in front of it.
+        var body: [UInt8] = []
+        body.reserveCapacity(self.body.utf8.count * 14 / 10 + 4)
+        let encoding = MIME.appendBody(self.body, to: &body)
+        out.append("Content-Transfer-Encoding: ")
+        out.append(encoding)
+        out.append("\r\nX-Mailer: Jotter\r\n\r\n")
+        out.append(contentsOf: body)
+        return out
     }
 }

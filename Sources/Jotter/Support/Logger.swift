@@ -58,17 +58,17 @@ public struct Logger: Sendable {
         let milliseconds = SystemClock().nowMilliseconds()
         // Formatted straight into the sink's buffer: no line of its own to allocate and copy.
         sink.write { line in
-            Self.appendTimestamp(milliseconds, to: &line)
+            Timestamp.appendISO8601(milliseconds: milliseconds, to: &line)
             line.append(0x20)
             level.name.withUTF8Buffer { line.append(contentsOf: $0) }
             line.append(0x20)
-            Self.append(label, to: &line)
+            line.append(utf8: label)
             line.append(contentsOf: [0x3A, 0x20])  // ": "
-            Self.append(message(), to: &line)
+            line.append(utf8: message())
             // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
             for (key, value) in metadata where !value.isEmpty {
                 line.append(0x20)
-                Self.append(key, to: &line)
+                line.append(utf8: key)
                 line.append(0x3D)
                 let quoted = value.utf8.contains { $0 == 0x20 || $0 == 0x22 }
                 if quoted {
@@ -79,17 +79,11 @@ public struct Logger: Sendable {
                     }
                     line.append(0x22)
                 } else {
-                    Self.append(value, to: &line)
+                    line.append(utf8: value)
                 }
             }
             line.append(0x0A)
         }
-    }
-
-    /// Appends `text`'s UTF-8 bytes in one copy.
-    private static func append(_ text: String, to line: inout [UInt8]) {
-        var text = text
-        text.withUTF8 { line.append(contentsOf: $0) }
     }
 
     /// `nanoseconds` as milliseconds with two decimals, `12.34` (integer arithmetic: `String(Double)`
@@ -98,52 +92,6 @@ public struct Logger: Sendable {
         let hundredths = nanoseconds / 10_000
         let fraction = hundredths % 100
         return String(hundredths / 100) + (fraction < 10 ? ".0" : ".") + String(fraction)
-    }
-
-    /// Appends `2026-12-01T09:30:05.123Z` for `milliseconds`: the civil date from the day count by
-    /// integer arithmetic (H. Hinnant's `civil_from_days`), no lock, no `gmtime_r`, no string; this runs
-    /// for every request. A year outside 0000–9999 is left to `Timestamp`.
-    static func appendTimestamp(_ milliseconds: Int64, to line: inout [UInt8]) {
-        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
-        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let secondOfDay = Int(seconds - days * 86_400), fraction = Int(milliseconds - seconds * 1000)
-        let shifted = days + 719_468  // days since 0000-03-01
-        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
-        let dayOfEra = shifted - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthFromMarch = (5 * dayOfYear + 2) / 153
-        let day = Int(dayOfYear - (153 * monthFromMarch + 2) / 5 + 1)
-        let month = Int(monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9)
-        let year = Int(yearOfEra + era * 400) + (month <= 2 ? 1 : 0)
-        guard (0...9999).contains(year) else {
-            line.append(contentsOf: Timestamp.iso8601(milliseconds: milliseconds).utf8)
-            return
-        }
-        appendDigits(year, count: 4, to: &line)
-        line.append(0x2D)  // -
-        appendDigits(month, count: 2, to: &line)
-        line.append(0x2D)
-        appendDigits(day, count: 2, to: &line)
-        line.append(0x54)  // T
-        appendDigits(secondOfDay / 3600, count: 2, to: &line)
-        line.append(0x3A)  // :
-        appendDigits(secondOfDay / 60 % 60, count: 2, to: &line)
-        line.append(0x3A)
-        appendDigits(secondOfDay % 60, count: 2, to: &line)
-        line.append(0x2E)  // .
-        appendDigits(fraction, count: 3, to: &line)
-        line.append(0x5A)  // Z
-    }
-
-    /// Appends the last `count` decimal digits of `value` (not negative), zero-padded.
-    private static func appendDigits(_ value: Int, count: Int, to line: inout [UInt8]) {
-        var divisor = 1
-        for _ in 1..<count { divisor *= 10 }
-        while divisor > 0 {
-            line.append(UInt8(0x30 + value / divisor % 10))
-            divisor /= 10
-        }
     }
 
     /// Logs at `.debug`.
