@@ -60,10 +60,10 @@ public struct Logger: Sendable {
         sink.write { line in
             Timestamp.appendISO8601(milliseconds: milliseconds, to: &line)
             line.append(0x20)
-            level.name.withUTF8Buffer { line.append(contentsOf: $0) }
+            line.append(level.name)
             line.append(0x20)
             line.append(utf8: label)
-            line.append(contentsOf: [0x3A, 0x20])  // ": "
+            line.append(": ")
             line.append(utf8: message())
             // Empty values are left out; a value with spaces is quoted, so each line splits unambiguously.
             for (key, value) in metadata where !value.isEmpty {
