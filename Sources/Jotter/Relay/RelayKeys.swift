@@ -8,13 +8,13 @@ struct RelayKeys: Sendable {
     /// Addresses (their lookup keys), verification codes, idempotency keys, payloads, IP partitions.
     private let hashing: SymmetricKey
     /// Seals addresses for `GET /v1/destinations`.
-    private let sealing: SymmetricKey
+    private let sealing: AESGCMKey
 
     /// The keys of the outbox's data directory.
     init(outbox: any MessageOutbox) throws {
         secrets = try outbox.hashingKey(purpose: "jotter relay secrets v1")
         hashing = try outbox.hashingKey(purpose: "jotter relay hashing v1")
-        sealing = try outbox.hashingKey(purpose: "jotter relay sealing v1")
+        sealing = AESGCMKey(try outbox.hashingKey(purpose: "jotter relay sealing v1"))
     }
 
     /// The stored form of a device secret or an invite.
@@ -29,13 +29,14 @@ struct RelayKeys: Sendable {
 
     /// Seals `address` for `deviceID` (bound to it: a row copied to another device does not open).
     func seal(address: String, deviceID: String) throws -> [UInt8] {
-        try AESGCM.seal(Array(address.utf8), using: sealing, authenticating: Self.addressContext(deviceID)).combined
+        try sealing.seal(Array(address.utf8), nonce: SecureRandom.bytes(count: AESGCM.nonceByteCount),
+                     authenticating: Self.addressContext(deviceID)).combined
     }
 
     /// Opens what `seal(address:deviceID:)` sealed; nil if it does not open.
     func open(address sealed: [UInt8], deviceID: String) -> String? {
         guard let box = try? AESGCM.SealedBox(combined: sealed),
-              let bytes = try? AESGCM.open(box, using: sealing, authenticating: Self.addressContext(deviceID)) else {
+              let bytes = try? sealing.open(box, authenticating: Self.addressContext(deviceID)) else {
             return nil
         }
         return String(decoding: bytes, as: UTF8.self)

@@ -19,20 +19,23 @@ struct MediaType {
         }
     }
 
-    /// Splits on `;` outside quotes.
+    /// Splits on `;` outside quotes. By byte: both are ASCII, and a header value is bytes (a quote
+    /// followed by a combining mark is still a quote; by `Character` it was not).
     private static func splitParameters(_ value: String) -> [Substring] {
         var pieces: [Substring] = []
-        var start = value.startIndex
+        let bytes = value.utf8
+        var start = bytes.startIndex
         var inQuotes = false
-        var index = value.startIndex
-        while index < value.endIndex {
-            let character = value[index]
-            if character == "\"" { inQuotes.toggle() }
-            if character == ";" && !inQuotes {
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            switch bytes[index] {
+            case UInt8(ascii: "\""): inQuotes.toggle()
+            case UInt8(ascii: ";") where !inQuotes:
                 pieces.append(value[start..<index])
-                start = value.index(after: index)
+                start = bytes.index(after: index)
+            default: break
             }
-            index = value.index(after: index)
+            bytes.formIndex(after: &index)
         }
         pieces.append(value[start...])
         return pieces
