@@ -27,8 +27,7 @@ public enum AESGCM {
     /// Encrypts and authenticates `plaintext`, binding `authenticating` (not encrypted) to it.
     public static func seal(_ plaintext: [UInt8], using key: SymmetricKey,
                             authenticating associatedData: [UInt8] = []) throws -> SealedBox {
-        try seal(plaintext, using: key, nonce: try SecureRandom.bytes(count: nonceByteCount),
-                 authenticating: associatedData)
+        try AESGCMKey(key).seal(plaintext, authenticating: associatedData)
     }
 
     /// `seal(_:using:authenticating:)` with a nonce the caller drew from `SecureRandom` itself (with

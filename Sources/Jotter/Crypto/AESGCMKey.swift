@@ -3,8 +3,9 @@ import Synchronization
 
 /// An AES-256-GCM key prepared once for many messages: OpenSSL expands the key (its round keys and
 /// GHASH table) when a context is first keyed, and every message after that sets only its nonce.
-/// Keying a context cost more than sealing a short memo with it (callgrind, a memo's two seals:
-/// 12,400 instructions keyed per seal, 3,100 with the context kept; see bench/README.md).
+/// Keying a context for each message cost more than the rest of sealing a short memo (callgrind, a
+/// memo's two seals: 12,400 instructions with a context keyed for each, 9,000 with the context kept;
+/// see bench/README.md).
 ///
 /// One context seals and one opens, each made on first use and used by one thread at a time (a lock
 /// each: sealing a memo holds it for microseconds). Freeing a context wipes its key schedule.
@@ -20,6 +21,12 @@ final class AESGCMKey: Sendable {
     deinit {
         sealing.withLock { EVP_CIPHER_CTX_free($0) }
         opening.withLock { EVP_CIPHER_CTX_free($0) }
+    }
+
+    /// Encrypts and authenticates `plaintext` under a fresh random nonce, binding `associatedData` (not
+    /// encrypted) to it.
+    func seal(_ plaintext: [UInt8], authenticating associatedData: [UInt8]) throws -> AESGCM.SealedBox {
+        try seal(plaintext, nonce: SecureRandom.bytes(count: AESGCM.nonceByteCount), authenticating: associatedData)
     }
 
     /// Encrypts and authenticates `plaintext` under `nonce` (fresh random bytes, never reused), binding

@@ -36,7 +36,7 @@ public struct Sealer: Sendable {
 
     /// Seals `plaintext` bound to `context` (for secrets that are not a memo's field).
     public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
-        try key.seal(plaintext, nonce: SecureRandom.bytes(count: AESGCM.nonceByteCount), authenticating: context).combined
+        try key.seal(plaintext, authenticating: context).combined
     }
 
     /// Opens what `seal(_:context:)` sealed; nil if it does not open.

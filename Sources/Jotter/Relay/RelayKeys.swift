@@ -29,8 +29,7 @@ struct RelayKeys: Sendable {
 
     /// Seals `address` for `deviceID` (bound to it: a row copied to another device does not open).
     func seal(address: String, deviceID: String) throws -> [UInt8] {
-        try sealing.seal(Array(address.utf8), nonce: SecureRandom.bytes(count: AESGCM.nonceByteCount),
-                     authenticating: Self.addressContext(deviceID)).combined
+        try sealing.seal(Array(address.utf8), authenticating: Self.addressContext(deviceID)).combined
     }
 
     /// Opens what `seal(address:deviceID:)` sealed; nil if it does not open.
