@@ -40,9 +40,9 @@ import Testing
             _ = try key.seal(Array("memo".utf8), nonce: SecureRandom.bytes(count: 12), authenticating: [])
             _ = try key.seal([], nonce: SecureRandom.bytes(count: 12), authenticating: Array("ad".utf8))
         }
-        // And the one-shot path (a key made for one message) agrees.
-        let once = try AESGCM.seal(Self.plaintext, using: SymmetricKey(bytes: Self.key), nonce: Self.nonce,
-                                   authenticating: Self.associatedData)
+        // And a key made for this one message (what `AESGCM`'s one-shot calls do) agrees.
+        let once = try AESGCMKey(SymmetricKey(bytes: Self.key)).seal(Self.plaintext, nonce: Self.nonce,
+                                                                     authenticating: Self.associatedData)
         #expect(once.combined == Self.nonce + Self.ciphertextAndTag)
     }
 

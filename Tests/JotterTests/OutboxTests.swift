@@ -737,12 +737,12 @@ enum WALFile {
         let key = try SymmetricKey.random()
         for count in [0, 11, 13, 16] {
             #expect(throws: CryptoError.sealFailed) {
-                try AESGCM.seal(Array("memo".utf8), using: key, nonce: [UInt8](repeating: 7, count: count),
-                                authenticating: Self.associatedData)
+                try AESGCMKey(key).seal(Array("memo".utf8), nonce: [UInt8](repeating: 7, count: count),
+                                        authenticating: Self.associatedData)
             }
         }
         let nonce = try SecureRandom.bytes(count: 12)
-        let box = try AESGCM.seal(Array("memo".utf8), using: key, nonce: nonce, authenticating: Self.associatedData)
+        let box = try AESGCMKey(key).seal(Array("memo".utf8), nonce: nonce, authenticating: Self.associatedData)
         #expect(Array(box.combined.prefix(12)) == nonce)
         #expect(try AESGCM.open(box, using: key, authenticating: Self.associatedData) == Array("memo".utf8))
     }

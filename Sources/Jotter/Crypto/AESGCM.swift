@@ -30,13 +30,6 @@ public enum AESGCM {
         try AESGCMKey(key).seal(plaintext, authenticating: associatedData)
     }
 
-    /// `seal(_:using:authenticating:)` with a nonce the caller drew from `SecureRandom` itself (with
-    /// other random bytes it needs, in one call). A nonce must be fresh random bytes, never reused.
-    static func seal(_ plaintext: [UInt8], using key: SymmetricKey, nonce: [UInt8],
-                     authenticating associatedData: [UInt8]) throws -> SealedBox {
-        try AESGCMKey(key).seal(plaintext, nonce: nonce, authenticating: associatedData)
-    }
-
     /// Decrypts `box`, failing with `.authenticationFailure` if any byte or the associated data differs.
     public static func open(_ box: SealedBox, using key: SymmetricKey,
                             authenticating associatedData: [UInt8] = []) throws -> [UInt8] {

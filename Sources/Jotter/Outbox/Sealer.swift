@@ -24,7 +24,7 @@ public struct Sealer: Sendable {
     }
 
     /// Seals `plaintext` as `field` of memo `id` under `nonce`: fresh random bytes the caller drew
-    /// from `SecureRandom` (see `AESGCM.seal(_:using:nonce:authenticating:)`).
+    /// from `SecureRandom` (see `AESGCMKey.seal(_:nonce:authenticating:)`).
     func seal(_ plaintext: [UInt8], _ field: Field, id: String, nonce: [UInt8]) throws -> [UInt8] {
         try key.seal(plaintext, nonce: nonce, authenticating: Self.context(field, id)).combined
     }
