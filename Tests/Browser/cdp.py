@@ -364,6 +364,19 @@ class Page:
             self.wait_lifecycle(wait, loader_id=result.get("loaderId"), since=since, timeout=timeout)
         return result
 
+    def wait_for_response(self, predicate, timeout=10.0):
+        """Waits until a request for which predicate(entry) holds has had its response (or failed)."""
+        deadline = time.monotonic() + timeout
+        with self._event_condition:
+            while True:
+                for entry in self.requests:
+                    if predicate(entry) and (entry["status"] is not None or "failed" in entry):
+                        return entry
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CDPError("no response to the awaited request in %.1f s" % timeout)
+                self._event_condition.wait(remaining)
+
     def wait_lifecycle(self, name, loader_id=None, since=0, timeout=10.0):
         """Waits for Page.lifecycleEvent `name` of the main frame (of loader_id, when given)."""
         if name == "commit":

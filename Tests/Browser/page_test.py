@@ -267,6 +267,10 @@ def scenario_restart(page, url, result):
     load(page, url)
     memo = "Written while the server was away %s" % secrets.token_hex(4)
     result["memo"] = memo
+    # The page asks /healthz once it has loaded; on a loaded machine that can come after load()
+    # gave up waiting for the network to go quiet. Stop the server only once it has been answered,
+    # so that the only refused requests are the ones this scenario is about.
+    page.wait_for_response(lambda r: r["url"].split("?")[0].endswith("/healthz"), timeout=20)
     await_caller("stop-server", result)
     page.type_text(memo)
     page.press_ctrl_enter()
