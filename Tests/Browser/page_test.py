@@ -192,7 +192,7 @@ def load(page, url):
     page.navigate(url)
     page.wait_for_paint(since)
     try:
-        page.wait_lifecycle("networkIdle", since=since, timeout=3)
+        page.wait_lifecycle("networkIdle", since=since, timeout=10)
     except cdp.CDPError:
         pass
 
@@ -218,7 +218,7 @@ def settle(page, result):
     """After a send: wait until the page's outbox is empty, then a moment more (a second POST, if the
     page sent one, would show up), and record the final state and every POST /send."""
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5)
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=20)
     except cdp.CDPError:
         pass
     time.sleep(0.3)
@@ -279,18 +279,18 @@ def scenario_restart(page, url, result):
     result["while_down"] = state(page)
     await_caller("start-server", result)
     restarted = time.monotonic()
-    # The page should retry by itself (backoff: 1, 2, 4 s ...). If it has not within 5 s, the user
+    # The page should retry by itself (backoff: 1, 2, 4 s ...). If it has not within 10 s, the user
     # comes back to the tab (another tab in front, then this one again): visibilitychange and focus.
     result["delivered_by"] = None
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=5, interval=0.05)
+        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=10, interval=0.05)
         result["delivered_by"] = "backoff"
     except cdp.CDPError:
         other = page.hide_by_other_tab()
         time.sleep(0.2)
         page.show(other)
         try:
-            page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=4, interval=0.05)
+            page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15, interval=0.05)
             result["delivered_by"] = "focus"
         except cdp.CDPError:
             pass
@@ -323,7 +323,7 @@ def scenario_language(page, url, result):
     # Keys pressed before the popup is open would go to the closed select (a keyboard user's path,
     # after which the page rightly leaves the focus on the select).
     try:
-        result["popup_opened"] = bool(page.wait_for("document.getElementById('lang').matches(':open')", timeout=3))
+        result["popup_opened"] = bool(page.wait_for("document.getElementById('lang').matches(':open')", timeout=10))
     except cdp.CDPError:
         result["popup_opened"] = False
     steps = options.index("ja") - options.index(current)
@@ -332,7 +332,7 @@ def scenario_language(page, url, result):
                  40 if steps > 0 else 38)
     page.key("Enter", "Enter", 13, text="\r")
     try:
-        page.wait_for("document.documentElement.lang === 'ja'", timeout=5)
+        page.wait_for("document.documentElement.lang === 'ja'", timeout=15)
     except cdp.CDPError:
         pass
     time.sleep(0.5)  # the 0.3 s cross-dissolve
@@ -450,7 +450,7 @@ def scenario_undo_setting(page, url, result):
     result["stored"] = page.evaluate("localStorage.getItem('jotter.undo')")
     page.key("Escape", "Escape", 27)
     try:   # the dialog's close event (which gives the textarea the focus back) comes a task later
-        page.wait_for("document.activeElement.id === 'body'", timeout=5)
+        page.wait_for("document.activeElement.id === 'body'", timeout=15)
     except cdp.CDPError:
         pass
     result["active_after_close"] = page.evaluate("document.activeElement.id")
@@ -535,14 +535,14 @@ def scenario_privacy(page, url, result):
     result["visible_before"] = page.evaluate(overlay)
     other = page.hide_by_other_tab()
     try:
-        page.wait_for("document.visibilityState === 'hidden'", timeout=3)
+        page.wait_for("document.visibilityState === 'hidden'", timeout=10)
     except cdp.CDPError:
         pass
     time.sleep(0.1)
     result["hidden"] = page.evaluate(overlay)
     page.show(other)
     try:
-        page.wait_for("document.visibilityState === 'visible'", timeout=3)
+        page.wait_for("document.visibilityState === 'visible'", timeout=10)
     except cdp.CDPError:
         pass
     time.sleep(0.1)
@@ -571,7 +571,7 @@ def scenario_nojs(page, url, result):
     # machine: wait for the frames (as `load` does), then a little for the focus itself.
     page.wait_for_paint(since)
     try:
-        page.wait_for("document.activeElement && document.activeElement.id === 'body'", timeout=5)
+        page.wait_for("document.activeElement && document.activeElement.id === 'body'", timeout=15)
     except cdp.CDPError:
         pass
     result["after"] = page.evaluate(
