@@ -549,11 +549,11 @@ struct BrowserTests {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    /// A server on a fixed port; retried briefly in case the old socket is not released yet.
+    /// A server on a fixed port; retried for up to 10 s in case the old socket is not released yet.
     static func startServer(dataDirectory: String, configure: @escaping (inout Configuration) -> Void) throws
         -> TestServer {
         var lastError: (any Error)?
-        for _ in 0..<20 {
+        for _ in 0..<100 {
             do {
                 return try TestServer(dataDirectory: dataDirectory, configure: configure)
             } catch {

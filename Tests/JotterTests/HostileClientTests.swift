@@ -698,11 +698,17 @@ extension TestServer {
             let started = Date()
             let response = try server.request("GET", "/healthz")
             #expect(response.status == 200, "probe \(probe)")
-            #expect(Date().timeIntervalSince(started) < 5, "probe \(probe) answered promptly")
+            // Not after the 10 s header timeout frees a slot; with room for a loaded machine.
+            #expect(Date().timeIntervalSince(started) < 8, "probe \(probe) answered promptly")
             #expect(server.http.registry.count(client: "this machine") <= limit)
             Thread.sleep(forTimeInterval: 0.2)  // pacing the probes, not deciding anything
         }
-        let closed = peers.filter { $0.closedByServer(timeout: 0.02) }.count
+        // Closed as room was made; on a loaded machine the last of those closes may still be on its way.
+        var closed = 0
+        _ = server.waitUntil(timeout: 30) {
+            closed = peers.filter { $0.closedByServer(timeout: 0.02) }.count
+            return closed >= 80 - limit
+        }
         #expect(closed >= 80 - limit, "room was made by closing the longest-waiting tricklers")
     }
 

@@ -301,7 +301,8 @@ import Testing
         let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                           body: Array("still served".utf8))
         #expect(response.status == 204)
-        #expect(Date().timeIntervalSince(started) < 2, "served promptly")
+        // Not after a slow upload (1 byte a second) gives up its slot; with room for a loaded machine.
+        #expect(Date().timeIntervalSince(started) < 5, "served promptly")
         #expect(server.waitUntil { server.deliveredFiles().count == 1 })
     }
 }
