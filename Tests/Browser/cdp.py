@@ -334,18 +334,31 @@ class Page:
             self.events.append((time.monotonic(), method, params))
             self._event_condition.notify_all()
 
-    def wait_event(self, method, predicate=lambda params: True, timeout=10.0, since=0):
-        """The params of the first `method` event (at index >= since) for which predicate holds."""
+    def _wait_until(self, find, timeout, what):
+        """What `find()` returns once it is not None, re-asked after every event; raises after timeout."""
         deadline = time.monotonic() + timeout
         with self._event_condition:
             while True:
-                for _, name, params in self.events[since:]:
-                    if name == method and predicate(params):
-                        return params
+                found = find()
+                if found is not None:
+                    return found
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise CDPError("no %s event in %.1f s" % (method, timeout))
+                    raise CDPError("no %s in %.1f s" % (what, timeout))
                 self._event_condition.wait(remaining)
+
+    def wait_event(self, method, predicate=lambda params: True, timeout=10.0, since=0):
+        """The params of the first `method` event (at index >= since) for which predicate holds."""
+        return self._wait_until(
+            lambda: next((params for _, name, params in self.events[since:] if name == method and predicate(params)), None),
+            timeout, "%s event" % method)
+
+    def wait_for_response(self, predicate, timeout=10.0):
+        """The first request for which predicate(entry) holds, once it has had its response (or failed)."""
+        return self._wait_until(
+            lambda: next((entry for entry in self.requests
+                          if predicate(entry) and (entry["status"] is not None or "failed" in entry)), None),
+            timeout, "response to the awaited request")
 
     def problems(self):
         """Console errors, exceptions and error log entries seen so far."""
@@ -363,19 +376,6 @@ class Page:
         if wait:
             self.wait_lifecycle(wait, loader_id=result.get("loaderId"), since=since, timeout=timeout)
         return result
-
-    def wait_for_response(self, predicate, timeout=10.0):
-        """Waits until a request for which predicate(entry) holds has had its response (or failed)."""
-        deadline = time.monotonic() + timeout
-        with self._event_condition:
-            while True:
-                for entry in self.requests:
-                    if predicate(entry) and (entry["status"] is not None or "failed" in entry):
-                        return entry
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise CDPError("no response to the awaited request in %.1f s" % timeout)
-                self._event_condition.wait(remaining)
 
     def wait_lifecycle(self, name, loader_id=None, since=0, timeout=10.0):
         """Waits for Page.lifecycleEvent `name` of the main frame (of loader_id, when given)."""
