@@ -41,6 +41,36 @@ import Testing
         #expect(twoHosts.status == 400)
     }
 
+    /// Without `--lan` there are no device tokens, so another machine gets nothing, even when `--host`
+    /// listens on every interface (the policy does not look at it; the test server stays on loopback, and
+    /// the peers are given to the router) and the request claims `Host: localhost`.
+    @Test func withoutLANModeOnlyThisMachineIsAnswered() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) { $0.allowedHosts = ["mybox.local"] }
+        defer { server.stop() }
+        for peer in ["192.168.1.33", "10.0.0.7", "fe80::1", "::ffff:192.168.1.33", "2001:db8::5", ""] {
+            for host in ["localhost:\(server.port)", "127.0.0.1:\(server.port)", "mybox.local:\(server.port)"] {
+                for (method, path, body) in [("POST", "/send", "stolen memo"), ("GET", "/history", ""), ("GET", "/", ""),
+                                             ("DELETE", "/history/00000000-0000-7000-8000-000000000000", "")] {
+                    let response = try server.route(method, path, headers: [("Host", host), ("Content-Type", "text/plain")],
+                                                    body: Array(body.utf8), from: peer)
+                    #expect(response.status == 403, "\(method) \(path) from \(peer) as \(host)")
+                    #expect(response.errorCode == "local_only", "\(method) \(path) from \(peer) as \(host)")
+                    #expect(response.header("Cache-Control") == "no-store")
+                }
+            }
+        }
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 0, "nothing from another machine was stored")
+        for peer in ["127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"] {
+            let sent = try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                        body: Array("from here".utf8), from: peer)
+            #expect(sent.status == 204, "from \(peer)")
+        }
+        #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: nil)
+            == ["Listening on http://0.0.0.0:7373",
+                "Only this computer is answered: other devices need --lan (a paired device token)."])
+    }
+
     @Test func refusesCrossOriginWritesAndHistoryReads() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

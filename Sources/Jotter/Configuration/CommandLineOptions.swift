@@ -75,7 +75,8 @@ public enum CommandLineOptions {
         Usage: jotter serve [options]
 
         Options (each also read from the environment variable shown):
-          --host HOST          interface to listen on (JOTTER_HOST; default 127.0.0.1)
+          --host HOST          interface to listen on (JOTTER_HOST; default 127.0.0.1); without
+                               --lan only this machine is answered, on any interface
           --port PORT          port, 0 picks a free one (JOTTER_PORT; default 7373)
           --data-dir PATH      database, key and default Maildir (JOTTER_DATA_DIR;
                                default $XDG_DATA_HOME/jotter, else ~/.local/share/jotter)

@@ -6,7 +6,9 @@ public enum LANBanner {
         let scheme = lan?.scheme ?? "http"
         let wildcard = host == "0.0.0.0" || host == "::" || host == "[::]"
         guard let lan, wildcard else {
-            return ["Listening on \(scheme)://\(LANInfo.hostPart(host)):\(port)"]
+            let listening = "Listening on \(scheme)://\(LANInfo.hostPart(host)):\(port)"
+            guard lan == nil, !Loopback.contains(host: host) else { return [listening] }
+            return [listening, "Only this computer is answered: other devices need --lan (a paired device token)."]
         }
         let local = "\(scheme)://127.0.0.1:\(port)"
         guard let address = lan.addresses.first else { return ["Listening on \(local)"] }

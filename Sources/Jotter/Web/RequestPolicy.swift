@@ -57,13 +57,22 @@ public final class RequestPolicy: Sendable {
         if needsSameOrigin(request), let refusal = crossOriginRefusal(request, host: host) {
             return refusal
         }
+        // Without LAN mode there are no device tokens, so only this machine may talk to us, whatever
+        // interface `--host` listens on: a `Host: localhost` from another machine proves nothing.
+        guard let devices else {
+            return Loopback.contains(address: request.remoteAddress) ? nil : Self.localOnly
+        }
         // The peer's address is parsed only when it matters: in LAN mode, for a request that needs a token.
-        if let devices, !Self.isPublic(request),
+        if !Self.isPublic(request),
            !(trustsLoopback && Loopback.contains(address: request.remoteAddress)) {
             return tokenRefusal(request, devices: devices)
         }
         return nil
     }
+
+    private static let localOnly = HTTPResponse.error(
+        403, code: "local_only",
+        message: "This Jotter answers only the computer it runs on. Start it with --lan to send from other devices.")
 
     /// In LAN mode: a valid device token, or `401` saying why (not paired, revoked, not ours). Only a
     /// presented-but-wrong token is a guess and counts toward the lockout; a missing token is absence.
