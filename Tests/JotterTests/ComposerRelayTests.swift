@@ -154,6 +154,24 @@ struct ComposerRelayTests {
         #expect(try pair.delivered().isEmpty, "a memo went to the replaced address")
     }
 
+    /// The same address verified again in other letters' case is the same address to the relay: the
+    /// composer must not then tell the relay to forget "the old one", which is the one just verified.
+    @Test(arguments: RelayStoreKind.available)
+    func theSameAddressInOtherCaseStaysVerified(store kind: RelayStoreKind) throws {
+        // The relay's minute between two codes for one address would refuse the second code.
+        let pair = try Pair(kind) { $0.codes.cooldownMilliseconds = 0 }
+        defer { pair.stop() }
+        try pair.verify()
+        let recased = "Ana@example.com"
+        try pair.verify(recased)
+        #expect(try pair.store.verifiedDestinationCount(on: pair.relay) == 1, "the relay forgot the verified address")
+        let id = try pair.post("memo after the same address again")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(JotterRelayAccount.identity("Ana@Example.COM") == JotterRelayAccount.identity("ana@example.com"))
+        #expect(JotterRelayAccount.identity("ana+x@example.com") != JotterRelayAccount.identity("ana@example.com"))
+    }
+
     @Test func aPathSegmentKeepsOnlyUnreservedBytesAndTheAt() {
         #expect(JotterRelayAccount.pathSegment("ana+notes@example.com") == "ana%2Bnotes@example.com")
         #expect(JotterRelayAccount.pathSegment("a b/c%d?é") == "a%20b%2Fc%25d%3F%C3%A9")

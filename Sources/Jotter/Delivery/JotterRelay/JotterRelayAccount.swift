@@ -132,11 +132,18 @@ final class JotterRelayAccount: Sendable {
             try save(destination)
             // The address memos went to until now is of no more use: the relay forgets it too (best
             // effort: this answer stands either way, and the relay sends only where it is asked to).
-            if let previous, previous != pending {
+            // Not when only its case changed: the relay knows both spellings as one address, the one
+            // just verified.
+            if let previous, Self.identity(previous) != Self.identity(pending) {
                 _ = try? call("/v1/destinations/" + Self.pathSegment(previous), method: "DELETE")
             }
         }
         return answer
+    }
+
+    /// What the relay tells addresses apart by (`DestinationAddress.normalized`: case does not count).
+    static func identity(_ address: String) -> String {
+        DestinationAddress(address)?.normalized ?? address.lowercased()
     }
 
     /// `text` as one path segment: every byte but letters, digits, `-._~` and `@` percent-encoded.
