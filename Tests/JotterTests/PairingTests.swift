@@ -292,6 +292,13 @@ import Testing
         #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: lan) == ["Listening on https://127.0.0.1:7373"])
         #expect(LANBanner.listeningLines(host: "::1", port: 80, lan: nil) == ["Listening on http://[::1]:80"])
     }
+
+    /// Without `--lan` a non-loopback `--host` still answers only this machine (HostAndOriginTests), and says so.
+    @Test func withoutLANModeAnOpenInterfaceSaysWhoIsAnswered() {
+        #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: nil)
+            == ["Listening on http://0.0.0.0:7373",
+                "Only this computer is answered: other devices need --lan (a paired device token)."])
+    }
 }
 
 @Suite struct DeviceSightingTests {

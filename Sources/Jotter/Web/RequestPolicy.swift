@@ -62,7 +62,7 @@ public final class RequestPolicy: Sendable {
         guard let devices else {
             return Loopback.contains(address: request.remoteAddress) ? nil : Self.localOnly
         }
-        // The peer's address is parsed only when it matters: in LAN mode, for a request that needs a token.
+        // In LAN mode the peer's address is parsed only when it matters: for a request that needs a token.
         if !Self.isPublic(request),
            !(trustsLoopback && Loopback.contains(address: request.remoteAddress)) {
             return tokenRefusal(request, devices: devices)
