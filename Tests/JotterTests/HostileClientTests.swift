@@ -788,6 +788,52 @@ extension TestServer {
     }
 }
 
+// MARK: Stopping with answers outstanding
+
+@Suite struct StoppingWithAnswersOutstandingTests {
+    /// A request still waiting for its handler when the server stops (say `POST /destination` waiting on
+    /// an unreachable relay) is answered `503 stopping`, and the process lives on: libmicrohttpd 0.9.75
+    /// aborts the whole process when it is stopped with a connection asleep. A request whose handler
+    /// answers during the drain gets that answer, and a handler answering after the stop reaches nobody.
+    @Test func aRequestStillWaitingForItsHandlerIsAnswered503AndTheProcessLivesOn() throws {
+        let pending = Mutex<[String: @Sendable (HTTPResponse) -> Void]>([:])
+        var configuration = HTTPServer.Configuration()
+        configuration.port = 0
+        let server = HTTPServer(configuration: configuration) { request, respond in
+            if request.path == "/never" || request.path == "/later" {
+                pending.withLock { $0[request.path] = respond }
+            } else {
+                respond(HTTPResponse(status: 204))
+            }
+        }
+        try server.start()
+        let host = "Host: 127.0.0.1:\(server.port)\r\n"
+        let waiting = try Peer(port: server.port)
+        waiting.send("GET /never HTTP/1.1\r\n\(host)\r\n")
+        let answeredLater = try Peer(port: server.port)
+        answeredLater.send("GET /later HTTP/1.1\r\n\(host)\r\n")
+        #expect(TestServer.waitUntil(timeout: 20) { server.parking.count == 2 }, "both connections asleep")
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            server.stop(drainTimeout: 3)
+            stopped.signal()
+        }
+        // The second handler answers during the drain: its own answer goes out.
+        let later = try #require(pending.withLock { $0["/later"] })
+        later(HTTPResponse(status: 204))
+        #expect(answeredLater.nextResponse(timeout: 20)?.status == 204)
+        let refused = waiting.response(timeout: 20)
+        #expect(refused?.status == 503)
+        #expect(refused?.errorCode == "stopping")
+        #expect(refused?.header("Retry-After") == "5")
+        #expect(stopped.wait(timeout: .now() + 30) == .success, "stop returned")
+        #expect(server.parking.count == 0)
+        // The first handler answers only now, after the daemon is gone: nothing to wake, nothing breaks.
+        let never = try #require(pending.withLock { $0["/never"] })
+        never(HTTPResponse(status: 204))
+    }
+}
+
 // MARK: Command line
 
 @Suite struct EdgeOptionTests {

@@ -75,7 +75,7 @@ extension HTTPServer {
     /// here on libmicrohttpd reports the request's end, also if it refuses the request by itself.
     func requestLine(_ uri: UnsafePointer<CChar>, connection: OpaquePointer) -> UnsafeMutableRawPointer {
         let context = RequestContext(connection: connection, connectionID: Int(jotter_mhd_socket_context(connection)),
-                                     target: uri)
+                                     target: uri, parking: parking)
         return Unmanaged.passRetained(context).toOpaque()
     }
 
@@ -217,7 +217,7 @@ extension HTTPServer {
     }
 
     private func answerIfReady(_ context: RequestContext, suspending: Bool) -> MHD_Result {
-        guard let response = context.reply.take(suspending: suspending) else { return .YES }
+        guard let response = context.reply.take(suspending: suspending, stopping: Self.stopping) else { return .YES }
         return queue(response, context)
     }
 
@@ -226,6 +226,15 @@ extension HTTPServer {
         var response = HTTPResponse.error(503, code: "busy",
                                           message: "The server is receiving too much at once; try again shortly.")
         response.headers.add(name: "Retry-After", value: "2")
+        return Router.finish(response)
+    }
+
+    /// `503` with `Retry-After`: the server is stopping before the handler answered.
+    static var stopping: HTTPResponse {
+        var response = HTTPResponse.error(503, code: "stopping",
+                                          message: "The server is stopping; try again when it is back.")
+        response.headers.add(name: "Retry-After", value: "5")
+        response.headers.add(name: "Connection", value: "close")
         return Router.finish(response)
     }
 

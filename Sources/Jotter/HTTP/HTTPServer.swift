@@ -84,6 +84,8 @@ public final class HTTPServer: Sendable {
     private let listening = Mutex(Listening())
     /// Requests received (headers in) and not yet completed (for draining at stop).
     let activeRequests = Atomic<Int>(0)
+    /// Requests whose connection sleeps until their handler answers.
+    let parking = RequestContext.Parking()
     private let boundPort = Atomic<Int>(0)
 
     /// The port actually bound (differs from the configuration's when that was 0).
@@ -199,6 +201,13 @@ public final class HTTPServer: Sendable {
         if let acceptor = taken.acceptor { jotter_acceptor_stop(acceptor.pointer) }
         let deadline = monotonicNanoseconds() + UInt64(drainTimeout * 1e9)
         while activeRequests.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < deadline {
+            usleep(5_000)
+        }
+        // Handlers that have not answered by now are answered for: libmicrohttpd must not be stopped with
+        // a connection asleep. Their 503s get a moment to go out.
+        parking.stop(answering: Self.stopping)
+        let answered = monotonicNanoseconds() + 1_000_000_000
+        while activeRequests.load(ordering: .acquiring) > 0 && monotonicNanoseconds() < answered {
             usleep(5_000)
         }
         taken.sweeper?.timer.cancel()

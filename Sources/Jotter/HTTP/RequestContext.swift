@@ -39,12 +39,12 @@ final class RequestContext {
     /// The handler's answer, which may come from any thread.
     let reply: Reply
 
-    init(connection: OpaquePointer, connectionID: Int, target: UnsafePointer<CChar>) {
+    init(connection: OpaquePointer, connectionID: Int, target: UnsafePointer<CChar>, parking: Parking) {
         self.connection = connection
         self.connectionID = connectionID
         self.target = String(cString: target)
         targetEnd = UInt(bitPattern: target) + UInt(strlen(target))
-        reply = Reply(connection: Connection(pointer: connection))
+        reply = Reply(connection: Connection(pointer: connection), parking: parking)
     }
 
     /// The path part of the request-target, still percent-encoded (`RequestPath` decodes it).
@@ -82,13 +82,47 @@ final class RequestContext {
         let pointer: OpaquePointer
     }
 
+    /// The connections asleep waiting for their handler's answer, so that `HTTPServer.stop` can wake them
+    /// first: libmicrohttpd 0.9.75 aborts the process (`MHD_PANIC`) when it is stopped with a connection
+    /// still suspended.
+    final class Parking: Sendable {
+        private let state = Mutex<(stopping: Bool, replies: [ObjectIdentifier: Reply])>((false, [:]))
+
+        /// Registers `reply` as asleep; false once the server is stopping (then it must not sleep).
+        fileprivate func park(_ reply: Reply) -> Bool {
+            state.withLock { state in
+                if state.stopping { return false }
+                state.replies[ObjectIdentifier(reply)] = reply
+                return true
+            }
+        }
+
+        fileprivate func unpark(_ reply: Reply) {
+            _ = state.withLock { $0.replies.removeValue(forKey: ObjectIdentifier(reply)) }
+        }
+
+        /// How many connections sleep now.
+        var count: Int { state.withLock { $0.replies.count } }
+
+        /// From now on no connection sleeps; those asleep are answered with `response` (and woken).
+        func stop(answering response: HTTPResponse) {
+            let asleep = state.withLock { state in
+                state.stopping = true
+                return Array(state.replies.values)
+            }
+            for reply in asleep { reply.interrupt(response) }
+        }
+    }
+
     /// The handler's answer, the message id it names, and whether the connection sleeps waiting for it.
     final class Reply: Sendable {
         private let connection: Connection
+        private let parking: Parking
         private let state = Mutex<(response: HTTPResponse?, messageID: String?, suspended: Bool)>((nil, nil, false))
 
-        init(connection: Connection) {
+        init(connection: Connection, parking: Parking) {
             self.connection = connection
+            self.parking = parking
         }
 
         /// Called by the handler, on any thread: store the answer and wake the connection if it sleeps.
@@ -96,19 +130,33 @@ final class RequestContext {
             state.withLock { state in
                 state.response = response
                 state.messageID = response.messageID
-                if state.suspended {
-                    state.suspended = false
-                    MHD_resume_connection(connection.pointer)
-                }
+                if state.suspended { wake(&state) }
             }
         }
 
+        /// Called by a stopping server: if the connection still sleeps, answer `response` in the handler's
+        /// stead (an answer the handler already gave stands).
+        func interrupt(_ response: HTTPResponse) {
+            state.withLock { state in
+                guard state.suspended else { return }
+                state.response = response
+                wake(&state)
+            }
+        }
+
+        private func wake(_ state: inout (response: HTTPResponse?, messageID: String?, suspended: Bool)) {
+            state.suspended = false
+            parking.unpark(self)
+            MHD_resume_connection(connection.pointer)
+        }
+
         /// On the connection's callback: the answer if it is in; else nil, and with `suspending` the
-        /// connection sleeps until it is.
-        func take(suspending: Bool) -> HTTPResponse? {
+        /// connection sleeps until it is — unless the server is stopping, which answers `stopping` at once.
+        func take(suspending: Bool, stopping: @autoclosure () -> HTTPResponse) -> HTTPResponse? {
             state.withLock { state in
                 if let response = state.response.take() { return response }
                 if suspending {
+                    guard parking.park(self) else { return stopping() }
                     MHD_suspend_connection(connection.pointer)
                     state.suspended = true
                 }
