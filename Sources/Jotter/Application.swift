@@ -117,7 +117,20 @@ public final class Application: Sendable {
             router.handle(request, respond: respond)
         }
         self.handler = handler
-        server = HTTPServer(configuration: http, logger: logger.labelled("http"), handler: handler)
+        // The same judgement on a request's head, before its body is read: in LAN mode a device that is not
+        // paired is refused before it can hold any of the memory bodies share (`BodyBudget`).
+        let lanMode = configuration.lan
+        let admission: HTTPServer.Admission = { head in
+            var refused: HTTPResponse?
+            guard let head = RequestPath.normalized(head, refuse: { refused = $0.response }) else {
+                return refused.map { router.finish($0) }
+            }
+            if let refusal = policy.refusal(for: head) { return router.finish(refusal) }
+            if lanMode, let refusal = PairRoute.oversizedRefusal(head) { return router.finish(refusal) }
+            return nil
+        }
+        server = HTTPServer(configuration: http, logger: logger.labelled("http"), admission: admission,
+                            handler: handler)
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
         lan = lanInfo

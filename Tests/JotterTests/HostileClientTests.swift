@@ -788,6 +788,67 @@ extension TestServer {
     }
 }
 
+// MARK: Memory for bodies, and devices that are not paired
+
+@Suite struct UnpairedBodyTests {
+    /// In LAN mode a request with a body is judged on its head: a device that is not paired (or sends a
+    /// wrong token, or a foreign Host) is refused before any of its body is read, so strangers cannot
+    /// hold the memory bodies share and starve the paired phone. Pairing requests, the one thing a
+    /// stranger may send with a body, may be only as large as a token and a name need.
+    @Test func strangersAreRefusedBeforeTheirBodiesAndCannotHoldTheBudget() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 64 * 1024) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.lanTrustsLoopback = false
+            $0.http.bodyMemoryBytes = 128 * 1024
+        }
+        defer { server.stop() }
+        let pairing = try #require(server.application.lanInfo?.pairingToken)
+        let paired = try server.request("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                        body: Array("{\"pairing_token\":\"\(pairing)\",\"name\":\"phone\"}".utf8))
+        #expect(paired.status == 201)
+        let token = try #require((paired.json as? [String: Any])?["device_token"] as? String)
+
+        // Each stranger announces an almost-whole budget's worth and sends a little of it, then waits.
+        let host = "Host: 127.0.0.1:\(server.port)\r\n"
+        let post = "POST /send HTTP/1.1\r\n\(host)Content-Type: text/plain\r\n"
+        let heads: [(head: String, code: String, status: Int)] = [
+            (post + "Content-Length: 60000\r\n\r\n", "not_paired", 401),
+            (post + "Authorization: Bearer not-a-token\r\nContent-Length: 60000\r\n\r\n", "invalid_token", 401),
+            (post + "Transfer-Encoding: chunked\r\n\r\n2710\r\n", "not_paired", 401),
+            ("POST /send HTTP/1.1\r\nHost: evil.example\r\nContent-Type: text/plain\r\n"
+                + "Authorization: Bearer \(token)\r\nContent-Length: 60000\r\n\r\n", "forbidden_host", 403),
+            ("POST /pair HTTP/1.1\r\n\(host)Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n",
+             "too_large", 413),
+            ("POST /pair HTTP/1.1\r\n\(host)Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "2710\r\n", "too_large", 413),
+        ]
+        for (head, code, status) in heads {
+            let stranger = try Peer(port: server.port)
+            stranger.send(head + String(repeating: "a", count: 1000))
+            let answer = stranger.response(timeout: 20)
+            #expect(answer?.status == status, "\(code): answered before the body")
+            #expect(answer?.errorCode == code)
+            #expect(server.http.bodyBudget.reserved == 0, "\(code): nothing of the budget held")
+        }
+
+        // Two paired holders do hold it (so the check above means something), and get their memos in.
+        let authorized = post + "Authorization: Bearer \(token)\r\nContent-Length: 60000\r\n\r\n"
+        let holders = try (0..<2).map { _ in
+            let peer = try Peer(port: server.port)
+            peer.send(authorized + String(repeating: "b", count: 1000))
+            return peer
+        }
+        #expect(server.waitUntil(timeout: 20) { server.http.bodyBudget.reserved == 120_000 })
+        for holder in holders {
+            holder.send(String(repeating: "b", count: 59_000))
+            #expect(holder.nextResponse(timeout: 20)?.status == 204)
+        }
+        #expect(try server.storedCount() == 2, "only the paired device's memos are stored")
+    }
+}
+
 // MARK: Stopping with answers outstanding
 
 @Suite struct StoppingWithAnswersOutstandingTests {

@@ -122,6 +122,11 @@ final class ConnectionRegistry: Sendable {
         }
     }
 
+    /// The peer's address as given at `opened` (nil if the connection is unknown).
+    func address(_ id: Int) -> String? {
+        state.withLock { $0.records[id]?.address }
+    }
+
     /// The request is complete and being answered: it is never closed here until it ends. Returns the
     /// peer's address as given at `opened`, and whether this is the connection's first request.
     @discardableResult

@@ -117,7 +117,15 @@ extension HTTPServer {
         if let refusal = RequestFraming.refusal(context.head, maxBodyBytes: configuration.maxBodyBytes) {
             return queue(refusal, context)
         }
-        if let length = context.headers["Content-Length"].flatMap({ Int($0) }), length > 0 {
+        let length = context.headers["Content-Length"].flatMap { Int($0) } ?? 0
+        if let admission, length > 0 || context.headers["Transfer-Encoding"] != nil {
+            let head = HTTPRequest(method: context.method, path: context.targetPath, query: context.query,
+                                   headers: context.headers, body: [],
+                                   remoteAddress: registry.address(context.connectionID)
+                                       ?? Self.clientAddress(context.connection))
+            if let refusal = admission(head) { return queue(refusal, context) }
+        }
+        if length > 0 {
             guard bodyBudget.reserve(length) else { return queue(Self.busy, context) }
             context.reservedBytes = length
             context.body.reserveCapacity(length)

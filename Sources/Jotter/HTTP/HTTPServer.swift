@@ -58,6 +58,12 @@ public final class HTTPServer: Sendable {
     /// The callback a request is handed to; call `respond` exactly once, from any thread.
     public typealias Handler = @Sendable (HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) -> Void
 
+    /// Judges a request that has a body by its head alone (the request has no body yet), before any of its
+    /// body is read or memory reserved for it: a refusal is answered at once and the connection closed, so a
+    /// client that may not send (an unpaired device) cannot hold the body budget. Nil lets it in; the
+    /// handler still sees the whole request and judges it again.
+    public typealias Admission = @Sendable (HTTPRequest) -> HTTPResponse?
+
     /// Why the server could not start.
     public enum StartError: Error, CustomStringConvertible, Sendable {
         case resolve(host: String)
@@ -76,6 +82,7 @@ public final class HTTPServer: Sendable {
 
     let configuration: Configuration
     let handler: Handler
+    let admission: Admission?
     let logger: Logger
     /// Who holds which connection; closes the late and makes room for the punctual.
     let registry: ConnectionRegistry
@@ -124,9 +131,11 @@ public final class HTTPServer: Sendable {
     }
 
     /// A server that will hand requests to `handler`.
-    public init(configuration: Configuration, logger: Logger = Logger(label: "http"), handler: @escaping Handler) {
+    public init(configuration: Configuration, logger: Logger = Logger(label: "http"), admission: Admission? = nil,
+                handler: @escaping Handler) {
         self.configuration = configuration
         self.handler = handler
+        self.admission = admission
         self.logger = logger
         registry = ConnectionRegistry(limits: ConnectionRegistry.Limits(
             perClient: max(configuration.perIPConnectionLimit, 16), total: max(configuration.connectionLimit, 1),

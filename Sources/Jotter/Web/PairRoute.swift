@@ -50,8 +50,28 @@ struct PairRoute: Sendable {
     let policy: RequestPolicy
     let lan: LANInfo
 
+    /// The largest body a pairing request may have: a token and a device name fit many times over.
+    static let maxBodyBytes = 4096
+
+    /// `413` for a pairing request (what a device that is not paired yet may send with a body) that is
+    /// larger than `maxBodyBytes`, or chunked, judged on its head: strangers cannot hold the memory bodies
+    /// share with a pairing request that never ends.
+    static func oversizedRefusal(_ head: HTTPRequest) -> HTTPResponse? {
+        guard head.method == "POST", head.path == "/pair" || head.path == "/pair/link" else { return nil }
+        if let length = head.headers["Content-Length"].flatMap({ Int($0) }), length <= maxBodyBytes,
+           head.headers["Transfer-Encoding"] == nil {
+            return nil
+        }
+        return tooLarge
+    }
+
+    private static var tooLarge: HTTPResponse {
+        .error(413, code: "too_large", message: "A pairing request is a token and a name: at most \(maxBodyBytes) bytes.")
+    }
+
     /// `POST /pair`.
     func handle(_ request: HTTPRequest) -> HTTPResponse {
+        guard request.body.count <= Self.maxBodyBytes else { return Self.tooLarge }
         guard let body = try? JSONValue.parse(request.body), let pairingToken = body["pairing_token"]?.string else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
