@@ -217,6 +217,42 @@ import Testing
             .count == 1, "stored once, sent once")
     }
 
+    /// PostgreSQL: the connection drops after the COMMIT that stored a message was sent and before its
+    /// answer came (`CommitCutter`). The relay cannot know whether the message is stored, says so
+    /// (`503 storage_outcome_unknown`, Retry-After past the key's lease) and keeps the key reserved: a
+    /// retry at once is `in flight`, and one after the lease finds the message stored. It is stored
+    /// once and sent once — given up at once, the key let the retry store (and send) it again.
+    @Test(.enabled(if: PostgresCluster.available, "needs PostgreSQL"))
+    func aCommitWhoseAnswerWasLostIsNeitherStoredNorSentTwice() throws {
+        let directory = TemporaryDirectory()
+        let slot = CommitCutterSlot()
+        let fixture = try Fixture(.postgres) { configuration in
+            guard case .postgres(let url) = configuration.store,
+                  let cutter = try? CommitCutter(url: url, directory: directory.file("cutter")) else { return }
+            slot.value = cutter
+            configuration.store = .postgres(url: cutter.url)
+        }
+        defer {
+            fixture.stop()
+            slot.value?.stop()
+        }
+        let cutter = try #require(slot.value, "the proxy started")
+        cutter.arm()
+        let lost = try fixture.send(key: "cut", subject: "Once", body: "cut once")
+        #expect(cutter.cuts == 1, "the COMMIT's answer was lost")
+        #expect(lost.status == 503 && lost.errorCode == "storage_outcome_unknown", "\(lost.text)")
+        #expect(lost.header("Retry-After") == "31", "after the key's 30-second lease")
+        // A millisecond on: a new reservation now would name a new outbox key, and store a second message.
+        fixture.scheduler.clock.advance(milliseconds: 1)
+        let early = try fixture.send(key: "cut", subject: "Once", body: "cut once")
+        #expect(early.status == 409 && early.errorCode == "idempotency_in_flight", "\(early.text)")
+        fixture.scheduler.clock.advance(milliseconds: 29_999)
+        let retried = try fixture.send(key: "cut", subject: "Once", body: "cut once")
+        #expect(retried.status == 202, "\(retried.text)")
+        #expect(try fixture.send(key: "cut", subject: "Once", body: "cut once").header("Idempotent-Replayed") == "true")
+        #expect(try fixture.delivered(body: "cut once") == 1, "stored once, sent once")
+    }
+
     /// One node (SQLite): the data directory's lock proves the process that held a key is gone, so the
     /// restart frees it at once. Several nodes (PostgreSQL): a restarting node cannot tell its own
     /// reservations from another node's live ones, so the key waits out its lease (30 s).

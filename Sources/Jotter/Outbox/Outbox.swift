@@ -47,6 +47,9 @@ public final class Outbox: MessageOutbox {
         case idempotencyConflict
         /// The database could not commit (disk full, I/O error); the memo is not stored.
         case storage(kind: String, diskFull: Bool)
+        /// The database (PostgreSQL) went away after the COMMIT was sent: the memo may be stored. Sending
+        /// it again under the same idempotency key finds it if it is.
+        case outcomeUnknown(kind: String)
     }
 
     /// The one database queue (the device registry shares it).

@@ -122,10 +122,18 @@ public final class PostgresOutbox: MessageOutbox {
         let result: Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>
         do {
             result = try insert(draft)
+        } catch let failure as PostgresConnection.Failure where failure.mayHaveCommitted {
+            result = .failure(.outcomeUnknown(kind: "postgres"))
         } catch {
             result = .failure(.storage(kind: "postgres", diskFull: false))
         }
-        if case .success(.accepted) = result { onAccepted.call() }
+        switch result {
+        // A message that may be stored wakes the worker too: if it is, nothing else would (its NOTIFY may
+        // have been throttled, and the retry that finds it stores nothing new). A wake for nothing costs
+        // one query.
+        case .success(.accepted), .failure(.outcomeUnknown): onAccepted.call()
+        default: break
+        }
         completion(result)
     }
 

@@ -323,6 +323,14 @@ struct RelayRoutes: Sendable {
     }
 
     private static func unavailable(_ error: any Error) -> HTTPResponse {
+        if let failure = error as? RelayService.StorageFailure, failure.outcomeUnknown {
+            var response = HTTPResponse.error(
+                503, code: "storage_outcome_unknown",
+                message: "The relay lost its database while storing this, which may be stored: send it again "
+                    + "with the same Idempotency-Key after Retry-After to find out; it will not be sent twice.")
+            response.headers.add(name: "Retry-After", value: String(failure.retryAfterSeconds))
+            return response
+        }
         let diskFull = (error as? RelayService.StorageFailure)?.diskFull
             ?? (error as? DatabaseError)?.isDiskFull ?? false
         var response = HTTPResponse.error(503, code: "storage_unavailable",

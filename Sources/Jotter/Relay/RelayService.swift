@@ -50,10 +50,15 @@ public final class RelayService: Sendable {
         case limited([LimitState])
     }
 
-    /// Storing failed (a full disk, an I/O error): nothing was accepted.
+    /// Storing failed (a full disk, an I/O error): nothing was accepted — or, with `outcomeUnknown`, the
+    /// store went away after its COMMIT was sent, and the message may be stored.
     public struct StorageFailure: Error, Sendable {
         /// Whether the disk is full.
         public var diskFull: Bool
+        /// Whether the message may have been stored after all (a lost COMMIT reply).
+        public var outcomeUnknown = false
+        /// When to send it again: once its key's lease has run out (for `outcomeUnknown`).
+        public var retryAfterSeconds: Int64 = 30
     }
 
     private let store: any RelayStore
@@ -200,13 +205,14 @@ public final class RelayService: Sendable {
     public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, idempotencyKey: String?,
                      client: String, completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
+        let leaseUntil = now + configuration.idempotencyLeaseMilliseconds
         let idempotency = idempotencyKey.map {
             idempotencyHashes(deviceID: deviceID, key: $0, to: to, subject: subject, body: body)
         }
         let admission = MessageAdmission(
             deviceID: deviceID, addressKey: addressKey(to), idempotency: idempotency,
             charges: messageCharges(deviceID: deviceID, client: client), now: now,
-            leaseUntil: now + configuration.idempotencyLeaseMilliseconds,
+            leaseUntil: leaseUntil,
             expiresAt: now + configuration.idempotencyRetentionMilliseconds)
         let reservedAt: Int64?, limits: [LimitState]
         do {
@@ -248,8 +254,18 @@ public final class RelayService: Sendable {
                 logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
                 completion(.success(.accepted(id: id, limits: limits)))
             case .failure(let error):
-                if let idempotency { try? store.abandonMessage(keyHash: idempotency.keyHash) }
-                completion(.failure(error))
+                // A message that may be stored keeps its key reserved: the client's retry waits for the
+                // lease, takes the reservation over (same outbox key) and finds the message if it is
+                // there. Given up now, the retry would store it, and send it, a second time.
+                guard var failure = error as? StorageFailure, failure.outcomeUnknown else {
+                    if let idempotency { try? store.abandonMessage(keyHash: idempotency.keyHash) }
+                    return completion(.failure(error))
+                }
+                logger.error("the store went away while storing a message; it may be stored", metadata: [
+                    "device.id": deviceID, "error.kind": "commit_unknown",
+                ])
+                failure.retryAfterSeconds = (leaseUntil - now + 999) / 1000 + 1
+                completion(.failure(failure))
             }
         }
     }
@@ -308,6 +324,8 @@ public final class RelayService: Sendable {
                 switch result {
                 case .success(let outcome): completion(.success(outcome.id))
                 case .failure(.storage(_, let diskFull)): completion(.failure(StorageFailure(diskFull: diskFull)))
+                case .failure(.outcomeUnknown):
+                    completion(.failure(StorageFailure(diskFull: false, outcomeUnknown: true)))
                 // The relay's outbox keys never repeat with another payload: a conflict here is a fault.
                 case .failure(.idempotencyConflict): completion(.failure(StorageFailure(diskFull: false)))
                 }

@@ -26,6 +26,13 @@ final class PostgresConnection {
 
         /// Worth running the whole transaction again: another transaction won a race.
         var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
+
+        /// The `kind` of a transaction whose COMMIT was sent but never answered (the connection was lost):
+        /// the server may have committed it. Whoever acts on the failure must not assume it did not.
+        static let commitUnknown = "commit_unknown"
+
+        /// Whether the transaction may have committed after all (see `commitUnknown`).
+        var mayHaveCommitted: Bool { kind == Self.commitUnknown }
     }
 
     /// The rows of a result, as text (NULL as nil), read by column.
@@ -175,7 +182,7 @@ final class PostgresConnection {
             try execute(serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN")
             do {
                 let value = try body(self)
-                try execute("COMMIT")
+                try commit()
                 return value
             } catch let failure as Failure where failure.isRetryable && attempt < attempts {
                 _ = try? execute("ROLLBACK")
@@ -186,6 +193,14 @@ final class PostgresConnection {
                 _ = try? execute("ROLLBACK")
                 throw error
             }
+        }
+    }
+
+    /// `COMMIT`. Sent, and the connection lost before its answer came, it may have been carried out or
+    /// not: that is `Failure.commitUnknown`.
+    private func commit() throws(Failure) {
+        if case .failure(let failure) = Result(catching: { () throws(Failure) in try execute("COMMIT") }) {
+            throw failure.kind == "connection_lost" ? Failure(sqlState: nil, kind: Failure.commitUnknown) : failure
         }
     }
 
