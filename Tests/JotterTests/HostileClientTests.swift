@@ -600,6 +600,12 @@ extension TestServer {
             ("coding before chunked", post + host + "Transfer-Encoding: gzip, chunked" + chunked, 501,
              "not_implemented"),
             ("identity coding", post + host + "Transfer-Encoding: identity\r\n\r\nmemo", 501, "not_implemented"),
+            ("chunked spelt with a Kelvin sign", post + host + "Transfer-Encoding: chun\u{212A}ed" + chunked, 501,
+             "not_implemented"),
+            ("chunked in other case", post + host + "Transfer-Encoding: chunked, CHUNKED" + chunked, 400,
+             "bad_request"),
+            ("Content-Length past Int64 but within 2^64", post + host + "Content-Type: text/plain\r\n"
+                + "Content-Length: 10000000000000000000\r\n\r\nmemo", 413, "too_large"),
             ("chunked twice in one header", post + host + "Transfer-Encoding: chunked, chunked" + chunked, 400,
              "bad_request"),
             ("Transfer-Encoding in HTTP/1.0", "POST /send HTTP/1.0\r\n" + host + "Transfer-Encoding: chunked"

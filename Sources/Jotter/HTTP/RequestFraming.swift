@@ -62,10 +62,11 @@ enum RequestFraming {
             return refusal
         }
         if let length {
-            guard !length.isEmpty, length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let value = Int(length) else {
+            guard !length.isEmpty, length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
                 return badRequest("Content-Length is not a number.")
             }
-            if value > maxBodyBytes { return tooLarge(maxBodyBytes) }
+            // Digits beyond Int's range are a length beyond any cap, not a malformed one.
+            guard let value = Int(length), value <= maxBodyBytes else { return tooLarge(maxBodyBytes) }
         }
         return nil
     }
@@ -73,13 +74,15 @@ enum RequestFraming {
     /// Only `chunked` is decoded; any other coding is `501`, a malformed list `400` (RFC 9112 §6.1, §6.3).
     private static func transferCodingRefusal(_ value: String, version: String) -> HTTPResponse? {
         if version == "HTTP/1.0" { return badRequest("Transfer-Encoding is not allowed in an HTTP/1.0 request.") }
+        // Compared in ASCII, as libmicrohttpd does: Unicode folding would read `chun\u{212A}ed` (a Kelvin
+        // sign) as chunked, where libmicrohttpd sees no coding at all and reads the body as the next request.
         let codings = value.split(separator: ",", omittingEmptySubsequences: false)
-            .map { String($0).trimmingASCIISpaces().lowercased() }
-        if codings.contains(where: { $0 != "chunked" && !$0.isEmpty }) {
+            .map { String(String($0).trimmingASCIISpaces()) }
+        if codings.contains(where: { !$0.isEmpty && !$0.caseInsensitiveEquals("chunked") }) {
             return Router.finish(.error(501, code: "not_implemented",
                                         message: "Only the chunked transfer coding is supported."))
         }
-        if codings != ["chunked"] { return badRequest("Transfer-Encoding must be exactly chunked.") }
+        if codings.count != 1 { return badRequest("Transfer-Encoding must be exactly chunked.") }
         return nil
     }
 

@@ -155,13 +155,15 @@ public final class RequestPolicy: Sendable {
         var refused: HTTPResponse {
             HTTPResponse.error(403, code: "cross_origin", message: "Requests from other sites are refused.")
         }
-        if let site = request.headers["Sec-Fetch-Site"]?.lowercased(), site == "cross-site" || site == "same-site" {
+        // Compared in ASCII: Unicode case folding has no place in protocol fields.
+        if let site = request.headers["Sec-Fetch-Site"],
+           site.caseInsensitiveEquals("cross-site") || site.caseInsensitiveEquals("same-site") {
             return refused
         }
         let origins = request.headers.values("Origin")
         guard origins.count <= 1 else { return refused }
         if let origin = origins.first {
-            guard origin.lowercased() == "\(scheme)://\(host.lowercased())" else { return refused }
+            guard origin.caseInsensitiveEquals(scheme + "://" + host) else { return refused }
         }
         return nil
     }
