@@ -264,6 +264,53 @@ struct ComposerRelayTests {
         #expect(next.timeIntervalSinceNow > 0.9, "\(entry)")
     }
 
+    /// The longest memo a composer takes, with a subject longer than a mail header line, reaches the
+    /// relay and the inbox whole: the request's JSON (each `<`, `&`, `>` escaped as six bytes) is far
+    /// over 256 KiB, and the subject is cut to 998 bytes with its whole text atop the body. Before,
+    /// the relay refused both and the memo ended `rejected`.
+    @Test func theLongestMemoWithALongSubjectArrivesWhole() throws {
+        let pair = try Pair(.sqlite)
+        defer { pair.stop() }
+        try pair.verify()
+        let subject = String(repeating: "Ü", count: 700)
+        let body = String(repeating: "<&>", count: 85_000)
+        let sent = try pair.page("POST", "/send", ["subject": subject, "body": body])
+        #expect(sent.status == 204, "\(sent.status) \(sent.text)")
+        let id = try #require(sent.header("X-Message-Id"))
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            try ["sent", "rejected"].contains(pair.entry(id)["status"] as? String)
+        }, "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.entry(id)["status"] as? String == "sent", "\((try? pair.entry(id)) ?? [:])")
+        #expect(TestServer.waitUntil(timeout: 20) {
+            (try? pair.relay.mails(to: Self.address).contains { ($0.message["subject"] as? String)?.hasPrefix("Ü") == true }) == true
+        })
+        let mail = try #require(try pair.relay.mails(to: Self.address)
+            .first { ($0.message["subject"] as? String)?.hasPrefix("Ü") == true })
+        #expect(mail.message["subject"] as? String == String(repeating: "Ü", count: 497) + "…")
+        #expect(RelayServer.sameBody(mail.message["body"], subject + "\n\n" + body), "the body arrived cut or changed")
+    }
+
+    @Test func aSubjectIsFittedToOneHeaderLineAtACharacter() {
+        let limit = RelayConfiguration.maxSubjectBytes
+        // Short enough: as it is; an empty body is the subject (the relay needs a body).
+        #expect(JotterRelayTransport.fitted(subject: "buy milk", body: "") == ("buy milk", "buy milk"))
+        #expect(JotterRelayTransport.fitted(subject: "buy milk", body: "2 litres") == ("buy milk", "2 litres"))
+        let exact = String(repeating: "a", count: limit)
+        #expect(JotterRelayTransport.fitted(subject: exact, body: "b") == (exact, "b"))
+        // One byte more: cut, ending in an ellipsis, the whole subject first in the body.
+        let over = exact + "z"
+        let fitted = JotterRelayTransport.fitted(subject: over, body: "b")
+        #expect(fitted.subject == String(repeating: "a", count: limit - 3) + "…")
+        #expect(fitted.subject.utf8.count == limit)
+        #expect(fitted.body == over + "\n\nb")
+        #expect(JotterRelayTransport.fitted(subject: over, body: "").body == over)
+        // Never inside a character: a family emoji (25 bytes of UTF-8) is kept whole or left out.
+        let family = "👨‍👩‍👧‍👦"
+        let families = String(repeating: family, count: 60)
+        let cut = JotterRelayTransport.fitted(subject: families, body: "b").subject
+        #expect(cut == String(repeating: family, count: (limit - 3) / 25) + "…")
+    }
+
     @Test func withoutAJotterRelayThereIsNoDestinationToSet() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.path)

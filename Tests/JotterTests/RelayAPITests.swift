@@ -285,6 +285,53 @@ import Testing
         #expect(try relay.json("GET", "/v2/messages", secret: device.secret).status == 404)
     }
 
+    /// A message body is limited in bytes of UTF-8 once decoded (256 KiB, what a composer takes as
+    /// one memo), not in bytes of request: the JSON of the largest body, escaped at worst (`\u0026`,
+    /// six bytes for each `&`), still goes through the socket and arrives whole.
+    @Test func aBodyIsLimitedInDecodedBytesNotInRequestBytes() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        let largest = RelayConfiguration.maxMessageBodyBytes
+
+        func escaped(_ count: Int) -> [UInt8] {
+            Array("{\"to\":\"me@example.com\",\"subject\":\"amps\",\"body\":\"".utf8)
+                + Array(repeating: Array("\\u0026".utf8), count: count).flatMap { $0 } + Array("\"}".utf8)
+        }
+        let headers = [("Authorization", "Bearer \(device.secret)"), ("Content-Type", "application/json")]
+        let whole = escaped(largest)
+        #expect(whole.count > 6 * largest, "the request is six times the body")
+        let accepted = try RawHTTP.request(port: relay.port, method: "POST", path: "/v1/messages", headers: headers,
+                                           body: whole)
+        #expect(accepted.status == 202, "\(accepted.status) \(accepted.text)")
+        #expect(TestServer.waitUntil(timeout: 30) {
+            (try? relay.mails(to: "me@example.com").contains { $0.message["subject"] as? String == "amps" }) == true
+        })
+        let mail = try #require(try relay.mails(to: "me@example.com").first { $0.message["subject"] as? String == "amps" })
+        #expect(RelayServer.sameBody(mail.message["body"], String(repeating: "&", count: largest)),
+                "the body arrived cut or changed")
+
+        // One byte more is refused for what it is, however it is spelled.
+        let over = try RawHTTP.request(port: relay.port, method: "POST", path: "/v1/messages", headers: headers,
+                                       body: escaped(largest + 1))
+        #expect(over.status == 413 && over.errorCode == "too_large", "\(over.status) \(over.text)")
+        let plain = try relay.send(device.secret, to: "me@example.com", body: String(repeating: "é", count: largest / 2 + 1))
+        #expect(plain.status == 413 && plain.errorCode == "too_large", "\(plain.status) \(plain.text)")
+        // A request past the server's limit (2 MiB) is refused on its head.
+        let huge = try RawHTTP.request(port: relay.port, method: "POST", path: "/v1/messages",
+                                       headers: headers + [("Content-Length", "\(2 * 1024 * 1024 + 1)")])
+        #expect(huge.status == 413, "\(huge.status) \(huge.text)")
+
+        // A subject is one header line: 998 bytes, counted in UTF-8 (332 euro signs and two letters).
+        let longest = String(repeating: "€", count: 332) + "ab"
+        #expect(longest.utf8.count == RelayConfiguration.maxSubjectBytes)
+        #expect(try relay.send(device.secret, to: "me@example.com", subject: longest, body: "x").status == 202)
+        let tooLong = try relay.send(device.secret, to: "me@example.com", subject: longest + "c", body: "x")
+        #expect(tooLong.status == 400 && tooLong.errorCode == "invalid_field", "\(tooLong.status) \(tooLong.text)")
+    }
+
     @Test func everyOperationInOpenAPIRelayIsARoute() throws {
         let operations = try Python.run("""
             import sys, yaml

@@ -52,7 +52,8 @@ public enum RelayCommandLine {
                                default 24, at least 1: a composer retries at least hourly)
           --slots N            deliveries in flight at once (JOTTER_RELAY_SLOTS; default 4)
           --retry-cap SECONDS  longest wait between attempts (JOTTER_RELAY_RETRY_CAP; default 3600)
-          --max-body BYTES     largest request accepted (JOTTER_RELAY_MAX_BODY; default 262144)
+          --max-body BYTES     largest request accepted (JOTTER_RELAY_MAX_BODY; default 2097152: the JSON
+                               of a 256 KiB message, the largest accepted, escaped at worst)
           --log-level LEVEL    trace, debug, info, notice, warning, error (JOTTER_RELAY_LOG_LEVEL)
           -h, --help           this text
 

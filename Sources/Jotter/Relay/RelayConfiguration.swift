@@ -28,12 +28,19 @@ public struct RelayConfiguration: Sendable {
     public var store = StoreLocation.sqlite
     /// Who may register.
     public var registration = Registration.open
-    /// The HTTP server's addresses and limits (port 7374 unless told).
+    /// The HTTP server's addresses and limits (port 7374 unless told). A request may be 2 MiB: the JSON
+    /// of the largest message (`maxMessageBodyBytes`), escaped at worst (`\u0026` for each `&`), fits.
     public var http: HTTPServer.Configuration = {
         var http = HTTPServer.Configuration()
         http.port = 7374
+        http.maxBodyBytes = 2 * 1024 * 1024
         return http
     }()
+    /// The largest message body accepted, in bytes of UTF-8 once decoded from the request's JSON: what a
+    /// composer accepts as one memo (256 KiB). Larger is `413 too_large`.
+    public static let maxMessageBodyBytes = 256 * 1024
+    /// The largest subject accepted, in bytes: one header line's worth (RFC 5322 §2.1.1).
+    public static let maxSubjectBytes = 998
     /// The delivery worker's settings (its `to` is unused: every message has its own).
     public var delivery = DeliveryWorker.Configuration()
     /// Rate limits.

@@ -229,7 +229,7 @@ struct RelayRoutes: Sendable {
         let to: DestinationAddress, subject: String?, body: String
         switch RelayJSON.object(request, allowed: ["to", "subject", "body"]).flatMap({ fields in
             fields.address("to").flatMap { to in
-                fields.string("subject", required: false, maximumBytes: 998).flatMap { subject in
+                fields.string("subject", required: false, maximumBytes: RelayConfiguration.maxSubjectBytes).flatMap { subject in
                     fields.string("body", required: true).map { (to, subject, $0 ?? "") }
                 }
             }
@@ -238,6 +238,10 @@ struct RelayRoutes: Sendable {
         case .failure(let error): return respond(error.response)
         }
         guard !body.isEmpty else { return respond(.error(400, code: "empty", message: "The message has no body.")) }
+        guard body.utf8.count <= RelayConfiguration.maxMessageBodyBytes else {
+            return respond(.error(413, code: "too_large", message: "The message body is larger than a relay accepts "
+                                      + "(\(RelayConfiguration.maxMessageBodyBytes) bytes of UTF-8)."))
+        }
         service.send(deviceID: device, to: to, subject: subject, body: body, idempotencyKey: keys.first,
                      client: request.remoteAddress) { result in
             respond(Self.answering(result) { outcome in

@@ -9,11 +9,12 @@ struct JotterRelayTransport: Transport {
 
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         guard let to = try account.destination().address else { throw DeliveryFailure(.unverified, permanent: true) }
+        let (subject, body) = Self.fitted(subject: message.subject, body: message.body)
         var json = JSONWriter()
         json.object { json in
             json.field("to", to)
-            json.field("subject", message.subject)
-            json.field("body", message.body.isEmpty ? message.subject : message.body)   // the relay needs a body
+            json.field("subject", subject)
+            json.field("body", body)
         }
         let answer = try account.call("/v1/messages", json: json.bytes, idempotencyKey: message.id)
         switch (answer.status, answer.errorCode) {
@@ -31,6 +32,22 @@ struct JotterRelayTransport: Transport {
         default:
             throw JotterRelayClient.failure(answer)
         }
+    }
+
+    /// The subject and body as a relay takes them: a body always (an empty one is the subject), and a
+    /// subject of at most `RelayConfiguration.maxSubjectBytes` — a longer one is cut at a character,
+    /// ending in `…`, and given whole at the top of the body, so nothing of the memo is lost.
+    static func fitted(subject: String, body: String) -> (subject: String, body: String) {
+        let limit = RelayConfiguration.maxSubjectBytes
+        guard subject.utf8.count > limit else { return (subject, body.isEmpty ? subject : body) }
+        let ellipsis = "…"
+        var cut = "", bytes = ellipsis.utf8.count
+        for character in subject {
+            bytes += character.utf8.count
+            if bytes > limit { break }
+            cut.append(character)
+        }
+        return (cut + ellipsis, body.isEmpty ? subject : subject + "\n\n" + body)
     }
 
     func probe() -> Bool {
