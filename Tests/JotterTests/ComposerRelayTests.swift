@@ -138,7 +138,9 @@ struct ComposerRelayTests {
 
     @Test(arguments: RelayStoreKind.available)
     func anAddressReplacedByAnotherIsForgottenByTheRelay(store kind: RelayStoreKind) throws {
-        let pair = try Pair(kind)
+        // The new address is the old inbox with a tag: the relay's minute between two codes for one
+        // inbox would refuse its code.
+        let pair = try Pair(kind) { $0.codes.cooldownMilliseconds = 0 }
         defer { pair.stop() }
         try pair.verify()
         #expect(try pair.store.verifiedDestinationCount(on: pair.relay) == 1)

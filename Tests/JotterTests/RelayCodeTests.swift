@@ -154,6 +154,52 @@ import Testing
         #expect(other.header("Retry-After") == "60")
     }
 
+    /// `victim+1@`, `victim+2@`, … and, at Gmail, `v.i.c.t.i.m@` reach one inbox: the cooldown and
+    /// caps count them as one, so a flood of codes cannot be spread over made-up variants. Each variant
+    /// is still its own address to verify.
+    @Test(arguments: RelayStoreKind.available)
+    func variantsOfOneInboxShareItsCooldownAndCaps(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind)
+        defer { fixture.stop() }
+        let device = try fixture.relay.register()
+        _ = try fixture.code(device.secret, "victim@example.com")
+        for variant in ["victim+1@example.com", "Victim+news+2@Example.com"] {
+            let tagged = try fixture.relay.requestCode(device.secret, variant)
+            #expect(tagged.status == 429 && tagged.errorCode == "code_cooldown", "\(variant): \(tagged.text)")
+        }
+        _ = try fixture.code(device.secret, "v.i.c.t.i.m@gmail.com")
+        for variant in ["victim@gmail.com", "VICTIM+x@googlemail.com", "vic.tim@googlemail.com"] {
+            #expect(try fixture.relay.requestCode(device.secret, variant).errorCode == "code_cooldown", "\(variant)")
+        }
+        // Others are others: another local part, another domain, dots outside Gmail, a leading +.
+        for other in ["victim2@example.com", "victim@example.org", "vic.tim@example.com", "+victim@example.com"] {
+            #expect(try fixture.relay.requestCode(device.secret, other).status == 202, "\(other)")
+        }
+        // Spread over a minute each, the tags still meet the hourly cap of the one inbox.
+        var code = ""
+        for tag in 1...2 {
+            fixture.advance(seconds: 60)
+            code = try fixture.code(device.secret, "victim+\(tag)@example.com")
+        }
+        fixture.advance(seconds: 60)
+        let fourth = try fixture.relay.requestCode(device.secret, "victim+3@example.com")
+        #expect(fourth.status == 429 && fourth.errorCode == "code_hourly_cap", "\(fourth.text)")
+        // A code for a tagged address verifies that address, not the inbox's other names.
+        #expect(try fixture.relay.confirm(device.secret, "victim+2@example.com", code).status == 200)
+        #expect(try fixture.relay.send(device.secret, to: "victim+2@example.com").status == 202)
+        #expect(try fixture.relay.send(device.secret, to: "victim@example.com").status == 403)
+    }
+
+    @Test func theMailboxOfAnAddressDropsTagsAndGmailDots() {
+        func mailbox(_ text: String) -> String? { DestinationAddress(text)?.mailbox }
+        #expect(mailbox("Ana+Notes@Example.COM") == "ana@example.com")
+        #expect(mailbox("ana+a+b@example.com") == "ana@example.com")
+        #expect(mailbox("+ana@example.com") == "+ana@example.com")
+        #expect(mailbox("a.n.a@example.com") == "a.n.a@example.com")
+        #expect(mailbox("A.n.a+x@GoogleMail.com") == "ana@gmail.com")
+        #expect(mailbox("...@gmail.com") == nil, "not an address at all")
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func atMostThreeCodesPerAddressInAnHour(store kind: RelayStoreKind) throws {
         let fixture = try Fixture(kind)

@@ -68,7 +68,7 @@ import Testing
         var policy = CodePolicy()
         policy.perAddressPerHour = 2
         func issue(_ code: String, at now: Int64, device: String = "d1") throws -> CodeIssueOutcome {
-            try store.issueCode(CodeIssue(deviceID: device, addressKey: Self.bytes("ana"), sealedAddress: Self.bytes("sealed-ana"),
+            try store.issueCode(CodeIssue(deviceID: device, addressKey: Self.bytes("ana"), mailboxKey: Self.bytes("ana"), sealedAddress: Self.bytes("sealed-ana"),
                                           codeHash: Self.bytes(code), now: now, policy: policy, charges: []))
         }
         #expect(try issue("111111", at: Self.t0) == .issued([]))
@@ -98,7 +98,7 @@ import Testing
         #expect(destinations.first?.verifiedAt == Self.t0 + 70_000)
 
         // Burnt by wrong tries; expired.
-        #expect(try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("bob"), sealedAddress: Self.bytes("b"),
+        #expect(try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("bob"), mailboxKey: Self.bytes("bob"), sealedAddress: Self.bytes("b"),
                                               codeHash: Self.bytes("555555"), now: Self.t0, policy: policy, charges: [])) == .issued([]))
         let wrong = { (now: Int64) throws -> ConfirmOutcome in
             try store.confirmCode(deviceID: "d1", addressKey: Self.bytes("bob"), presentedHash: Self.bytes("000000"), now: now,
@@ -109,7 +109,7 @@ import Testing
         #expect(try wrong(Self.t0 + 3) == .wrong(attemptsLeft: 0))
         #expect(try store.confirmCode(deviceID: "d1", addressKey: Self.bytes("bob"), presentedHash: Self.bytes("555555"),
                                       now: Self.t0 + 4, maximumAttempts: 3) == .spent, "burnt after the last wrong try")
-        #expect(try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("cy"), sealedAddress: Self.bytes("c"),
+        #expect(try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("cy"), mailboxKey: Self.bytes("cy"), sealedAddress: Self.bytes("c"),
                                               codeHash: Self.bytes("666666"), now: Self.t0, policy: policy, charges: [])) == .issued([]))
         #expect(try store.confirmCode(deviceID: "d1", addressKey: Self.bytes("cy"), presentedHash: Self.bytes("666666"),
                                       now: Self.t0 + policy.lifetimeMilliseconds, maximumAttempts: 3) == .expired)
@@ -141,7 +141,7 @@ import Testing
         _ = try store.registerDevice(id: "d1", secretHash: Self.bytes("s1"), inviteHash: nil, now: Self.t0)
         var policy = CodePolicy()
         policy.cooldownMilliseconds = 0
-        _ = try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("ana"), sealedAddress: Self.bytes("a"),
+        _ = try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("ana"), mailboxKey: Self.bytes("ana"), sealedAddress: Self.bytes("a"),
                                           codeHash: Self.bytes("123456"), now: Self.t0, policy: policy, charges: []))
         let key = IdempotencyHashes(keyHash: Self.bytes("k1"), payloadHash: Self.bytes("p1"))
         func admit(_ hashes: IdempotencyHashes?, to address: String = "ana", at now: Int64) throws -> AdmissionOutcome {
@@ -196,7 +196,7 @@ import Testing
         _ = try nodes[0].registerDevice(id: "d1", secretHash: Self.bytes("s1"), inviteHash: nil, now: Self.t0)
         var policy = CodePolicy()
         policy.cooldownMilliseconds = 0
-        _ = try nodes[0].issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("ana"), sealedAddress: Self.bytes("a"),
+        _ = try nodes[0].issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("ana"), mailboxKey: Self.bytes("ana"), sealedAddress: Self.bytes("a"),
                                              codeHash: Self.bytes("123456"), now: Self.t0, policy: policy, charges: []))
         _ = try nodes[1].confirmCode(deviceID: "d1", addressKey: Self.bytes("ana"), presentedHash: Self.bytes("123456"),
                                      now: Self.t0, maximumAttempts: 5)

@@ -6,6 +6,11 @@ public struct DestinationAddress: Sendable, Equatable {
     /// The form that identifies it for verification and limits: all lowercased (providers treat
     /// the local part without case, and a cap must not be dodged by changing case).
     public let normalized: String
+    /// The mailbox the address reaches, as far as it is widely known: `normalized` without a `+tag`
+    /// (`ana+x@` and `ana@` are one inbox almost everywhere), and at Gmail without dots (which Gmail
+    /// ignores). Caps on codes mailed to an address count per mailbox, so that a flood cannot be
+    /// spread over made-up variants of one inbox.
+    public let mailbox: String
 
     /// Parses `text` (surrounding spaces ignored); nil if it is not an acceptable address.
     public init?(_ text: String) {
@@ -15,6 +20,15 @@ public struct DestinationAddress: Sendable, Equatable {
         guard parts.count == 2, Self.isLocalPart(parts[0]), Self.isDomain(parts[1]) else { return nil }
         address = String(parts[0]) + "@" + parts[1].lowercased()
         normalized = address.lowercased()
+        mailbox = Self.mailbox(local: parts[0].lowercased(), domain: parts[1].lowercased())
+    }
+
+    private static func mailbox(local: String, domain: String) -> String {
+        var local = Substring(local)
+        if let plus = local.firstIndex(of: "+"), plus > local.startIndex { local = local[..<plus] }
+        guard domain == "gmail.com" || domain == "googlemail.com" else { return local + "@" + domain }
+        let undotted = local.filter { $0 != "." }
+        return (undotted.isEmpty ? String(local) : undotted) + "@gmail.com"
     }
 
     /// RFC 5321 dot-atom local part, at most 64 characters (no quoted strings).

@@ -122,14 +122,14 @@ public final class PostgresRelayStore: RelayStore {
             }
             let issued = try connection.execute("""
                 SELECT issued_at FROM relay_code_issues WHERE address_key = $1 AND issued_at > $2 ORDER BY issued_at
-                """, [.bytes(issue.addressKey), .integer(now - 86_400_000)]).all.map { $0.int64(0) }
+                """, [.bytes(issue.mailboxKey), .integer(now - 86_400_000)]).all.map { $0.int64(0) }
             refusals += policy.refusals(issued: issued, now: now)
             if let tightest = refusals.max(by: { $0.seconds < $1.seconds }) {
                 return .limited(reason: tightest.reason, retryAfterSeconds: tightest.seconds, limits: states)
             }
             let spent = try Self.spend(issue.charges, now: now, on: connection)
             try connection.execute("INSERT INTO relay_code_issues (address_key, issued_at) VALUES ($1, $2)",
-                                   [.bytes(issue.addressKey), .integer(now)])
+                                   [.bytes(issue.mailboxKey), .integer(now)])
             try connection.execute("""
                 INSERT INTO relay_codes (device_id, address_key, code_hash, created_at, expires_at, attempts)
                 VALUES ($1, $2, $3, $4, $5, 0)

@@ -141,6 +141,7 @@ public final class RelayService: Sendable {
                 [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
             } ?? []
             let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
+                                  mailboxKey: keys.hash("mailbox", [address.mailbox]),
                                   sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
                                   codeHash: codeHash(code, deviceID: deviceID, addressKey: addressKey), now: now,
                                   policy: configuration.codes, charges: charges)

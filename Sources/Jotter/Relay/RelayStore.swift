@@ -135,6 +135,9 @@ public struct CodeIssue: Sendable {
     public var deviceID: String
     /// The keyed hash of the normalised address.
     public var addressKey: [UInt8]
+    /// The keyed hash of the mailbox it reaches (`DestinationAddress.mailbox`): the per-address caps
+    /// count codes by it.
+    public var mailboxKey: [UInt8]
     /// The address as it will be listed, sealed.
     public var sealedAddress: [UInt8]
     /// The keyed hash of the code (bound to device and address).
@@ -147,10 +150,11 @@ public struct CodeIssue: Sendable {
     public var charges: [LimitCharge]
 
     /// A code request.
-    public init(deviceID: String, addressKey: [UInt8], sealedAddress: [UInt8], codeHash: [UInt8], now: Int64,
-                policy: CodePolicy, charges: [LimitCharge]) {
+    public init(deviceID: String, addressKey: [UInt8], mailboxKey: [UInt8], sealedAddress: [UInt8],
+                codeHash: [UInt8], now: Int64, policy: CodePolicy, charges: [LimitCharge]) {
         self.deviceID = deviceID
         self.addressKey = addressKey
+        self.mailboxKey = mailboxKey
         self.sealedAddress = sealedAddress
         self.codeHash = codeHash
         self.now = now

@@ -66,14 +66,14 @@ public struct SQLiteRelayStore: RelayStore {
             }
             let issued = try database.statement("""
                 SELECT issued_at FROM relay_code_issues WHERE address_key = ? AND issued_at > ? ORDER BY issued_at
-                """).rows([.blob(issue.addressKey), .integer(now - 86_400_000)]) { $0.int64(0) }
+                """).rows([.blob(issue.mailboxKey), .integer(now - 86_400_000)]) { $0.int64(0) }
             refusals += policy.refusals(issued: issued, now: now)
             if let tightest = refusals.max(by: { $0.seconds < $1.seconds }) {
                 return .limited(reason: tightest.reason, retryAfterSeconds: tightest.seconds, limits: states)
             }
             let spent = try Self.spend(issue.charges, now: now, in: database)
             try database.run("INSERT INTO relay_code_issues (address_key, issued_at) VALUES (?, ?)",
-                             [.blob(issue.addressKey), .integer(now)])
+                             [.blob(issue.mailboxKey), .integer(now)])
             try database.run("""
                 INSERT OR REPLACE INTO relay_codes (device_id, address_key, code_hash, created_at, expires_at, attempts)
                 VALUES (?, ?, ?, ?, ?, 0)
