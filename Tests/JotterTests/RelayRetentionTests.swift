@@ -38,4 +38,63 @@ import Testing
         #expect(try relay.messages.record(id: id) == nil)
         #expect(try relay.messages.record(id: waiting.id) != nil, "a message on its way is never forgotten")
     }
+
+    /// Open registration lets anyone make devices: one that never verifies an address (or drops its
+    /// last one) is forgotten a week after it registered, once no address it asked for is younger
+    /// than a week or has a live code; one that is revoked, after the message retention. A verified
+    /// device is kept however long it idles.
+    @Test(arguments: RelayStoreKind.available)
+    func devicesWithoutAnAddressAreForgottenAfterAWeek(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let clock = ManualClock(milliseconds: 1_764_581_405_000)
+        let scheduler = ManualScheduler(clock: clock)
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: clock,
+                                    scheduler: scheduler) { $0.limits.registrationsPerIPHour = nil }
+        defer { relay.stop() }
+        let idle = try relay.register(), asked = try relay.register(), late = try relay.register()
+        let verified = try relay.register(), dropped = try relay.register(), revoked = try relay.register()
+        #expect(try relay.requestCode(asked.secret, "asked@example.com").status == 202)
+        try relay.verify(verified.secret, "kept@example.com")
+        clock.advance(milliseconds: 60_000)
+        try relay.verify(dropped.secret, "dropped@example.com")
+        #expect(try relay.json("DELETE", "/v1/destinations/dropped@example.com", secret: dropped.secret).status == 204)
+        #expect(try relay.json("DELETE", "/v1/devices/me", secret: revoked.secret).status == 204)
+        func known(_ device: (id: String, secret: String)) throws -> Bool {
+            let status = try relay.json("GET", "/v1/destinations", secret: device.secret).status
+            #expect(status == 200 || status == 401)
+            return status == 200
+        }
+
+        // Six days on, everyone not revoked is still known.
+        clock.advance(milliseconds: 6 * 86_400_000)
+        try relay.application.service.purge()
+        #expect(try [idle, asked, late, verified, dropped].allSatisfy(known))
+        #expect(try store.deviceCount(on: relay) == 6)
+
+        // A week and a minute after registering: a code asked for just now keeps its device until it expires.
+        clock.advance(milliseconds: 86_400_000)
+        #expect(try relay.requestCode(late.secret, "late@example.com").status == 202)
+        try relay.application.service.purge()
+        #expect(try known(verified) && known(late))
+        #expect(try ![idle, asked, dropped].contains(where: known), "a device without an address outlived its week")
+        #expect(try relay.requestCode(idle.secret, "idle@example.com").status == 401)
+        #expect(try store.deviceCount(on: relay) == 3, "the verified, the late and the revoked device")
+        // Its code expired unconfirmed, but the address it asked for is kept a week, and the device with it.
+        clock.advance(milliseconds: 10 * 60_000 + 1)
+        try relay.application.service.purge()
+        #expect(try known(late))
+        clock.advance(milliseconds: 7 * 86_400_000)
+        try relay.application.service.purge()
+        #expect(try !known(late), "a week after its last address was asked for")
+        #expect(try store.deviceCount(on: relay) == 2)
+
+        // The revoked device's record goes with its messages' retention (30 days); the verified one stays.
+        clock.advance(milliseconds: 30 * 86_400_000)
+        try relay.application.service.purge()
+        #expect(try store.deviceCount(on: relay) == 1)
+        #expect(try known(verified))
+        #expect(try relay.send(verified.secret, to: "kept@example.com").status == 202)
+    }
 }

@@ -166,10 +166,10 @@ import Testing
         try store.abandonMessage(keyHash: Self.bytes("k2"))
         #expect(try admit(orphan, at: Self.t0 + 40_012) == .admitted(reservedAt: Self.t0 + 40_012, limits: []))
         // Purge forgets expired keys: the same key is new again a day later.
-        try store.purge(now: Self.t0 + 86_400_000 + 10, messagesBefore: Self.t0 + 3)
+        try store.purge(now: Self.t0 + 86_400_000 + 10, messagesBefore: Self.t0 + 3, devicesBefore: Self.t0)
         #expect(try admit(key, at: Self.t0 + 86_400_000 + 20) == .admitted(reservedAt: Self.t0 + 86_400_000 + 20, limits: []))
         #expect(try store.messageOwner(id: "m1") == "d1", "a message's owner is kept for its retention")
-        try store.purge(now: Self.t0 + 86_400_000 + 30, messagesBefore: Self.t0 + 4)
+        try store.purge(now: Self.t0 + 86_400_000 + 30, messagesBefore: Self.t0 + 4, devicesBefore: Self.t0)
         #expect(try store.messageOwner(id: "m1") == nil, "then forgotten")
     }
 

@@ -320,8 +320,20 @@ public final class PostgresRelayStore: RelayStore {
         pool.close()
     }
 
-    public func purge(now: Int64, messagesBefore: Int64) throws {
+    public func purge(now: Int64, messagesBefore: Int64, devicesBefore: Int64) throws {
         try pool.transaction(serializable: false) { connection in
+            // A code issued while this runs may leave a pending address behind a device just deleted:
+            // the next purges take both (the code when it has expired, the address a week on).
+            try connection.execute("""
+                DELETE FROM relay_destinations WHERE verified_at IS NULL AND created_at < $1 AND NOT EXISTS (
+                    SELECT 1 FROM relay_codes c WHERE c.device_id = relay_destinations.device_id
+                        AND c.address_key = relay_destinations.address_key AND c.expires_at > $2)
+                """, [.integer(devicesBefore), .integer(now)])
+            try connection.execute("""
+                DELETE FROM relay_devices WHERE revoked_at < $1 OR (revoked_at IS NULL AND created_at < $2
+                    AND NOT EXISTS (SELECT 1 FROM relay_destinations WHERE device_id = relay_devices.id)
+                    AND NOT EXISTS (SELECT 1 FROM relay_codes WHERE device_id = relay_devices.id AND expires_at > $3))
+                """, [.integer(messagesBefore), .integer(devicesBefore), .integer(now)])
             try connection.execute("DELETE FROM relay_messages WHERE created_at < $1", [.integer(messagesBefore)])
             try connection.execute("DELETE FROM relay_idempotency WHERE expires_at <= $1", [.integer(now)])
             try connection.execute("DELETE FROM relay_counters WHERE window_end <= $1", [.integer(now)])

@@ -52,6 +52,12 @@ public struct RelayConfiguration: Sendable {
     /// How long a delivered (or cancelled) message's record stays, for `GET /v1/messages/{id}`; never
     /// shorter than the idempotency retention (a replay answers with the message's id).
     public var messageRetentionMilliseconds: Int64 = 30 * 24 * 3_600_000
+    /// How long a device is kept without a verified address, in milliseconds (7 days). An address
+    /// still unverified this long after it was first asked for, with no live code, is dropped; a
+    /// device registered this long ago with no address left (and no live code) is forgotten. A
+    /// composer that comes back later registers again; nothing is lost, as a device without an
+    /// address has nothing to send.
+    public var unverifiedDeviceRetentionMilliseconds: Int64 = 7 * 86_400_000
     /// How long a request may hold an `Idempotency-Key` while its message is being stored; a holder
     /// that dies (a crash) lets the key go after this.
     public var idempotencyLeaseMilliseconds: Int64 = 30_000

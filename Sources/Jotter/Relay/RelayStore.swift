@@ -61,8 +61,11 @@ public protocol RelayStore: Sendable {
     func recoverInterrupted() throws
 
     /// Forgets what no rule needs any more: expired keys, old counters and code records, used or
-    /// expired invites, and which device sent the messages accepted before `messagesBefore`.
-    func purge(now: Int64, messagesBefore: Int64) throws
+    /// expired invites, and which device sent the messages accepted before `messagesBefore`; devices
+    /// revoked before `messagesBefore`; addresses still unverified since before `devicesBefore` with
+    /// no live code; and devices registered before `devicesBefore` that are left with no address and
+    /// no live code (a composer that was never verified, or spam: it registers again if it returns).
+    func purge(now: Int64, messagesBefore: Int64, devicesBefore: Int64) throws
 
     /// Lets go of what the store holds open (PostgreSQL connections); the SQLite store's database is
     /// the outbox's, closed with it.

@@ -266,8 +266,18 @@ public struct SQLiteRelayStore: RelayStore {
         }
     }
 
-    public func purge(now: Int64, messagesBefore: Int64) throws {
+    public func purge(now: Int64, messagesBefore: Int64, devicesBefore: Int64) throws {
         try write(durable: false) { database in
+            try database.run("""
+                DELETE FROM relay_destinations WHERE verified_at IS NULL AND created_at < ? AND NOT EXISTS (
+                    SELECT 1 FROM relay_codes c WHERE c.device_id = relay_destinations.device_id
+                        AND c.address_key = relay_destinations.address_key AND c.expires_at > ?)
+                """, [.integer(devicesBefore), .integer(now)])
+            try database.run("""
+                DELETE FROM relay_devices WHERE revoked_at < ? OR (revoked_at IS NULL AND created_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM relay_destinations WHERE device_id = relay_devices.id)
+                    AND NOT EXISTS (SELECT 1 FROM relay_codes WHERE device_id = relay_devices.id AND expires_at > ?))
+                """, [.integer(messagesBefore), .integer(devicesBefore), .integer(now)])
             try database.run("DELETE FROM relay_messages WHERE created_at < ?", [.integer(messagesBefore)])
             try database.run("DELETE FROM relay_idempotency WHERE expires_at <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_counters WHERE window_end <= ?", [.integer(now)])
