@@ -35,6 +35,23 @@ import Testing
                 == "2001:db8::7")
     }
 
+    /// A relay listening on `::` sees an IPv4 proxy as `::ffff:10.0.0.2`; whichever way round the
+    /// proxy is named and seen, it is the same proxy, and the client it names is one client.
+    @Test func anIPv4MappedProxyIsTheSameProxy() {
+        #expect(ForwardedFor.client(Self.request(from: "::ffff:10.0.0.2", forwardedFor: ["198.51.100.7"]),
+                                    trusted: ["10.0.0.2"]) == "198.51.100.7")
+        #expect(ForwardedFor.client(Self.request(from: "10.0.0.2", forwardedFor: ["198.51.100.7"]),
+                                    trusted: [ForwardedFor.canonical("::FFFF:10.0.0.2")]) == "198.51.100.7")
+        #expect(ForwardedFor.client(Self.request(from: "::ffff:10.0.0.2", forwardedFor: ["198.51.100.7, ::ffff:10.0.0.3"]),
+                                    trusted: ["10.0.0.2", "10.0.0.3"]) == "198.51.100.7")
+        #expect(ForwardedFor.client(Self.request(from: "10.0.0.2", forwardedFor: ["::ffff:198.51.100.7"]),
+                                    trusted: ["10.0.0.2"]) == "198.51.100.7")
+        #expect(ForwardedFor.canonical("::ffff:c633:6407") == "198.51.100.7")
+        #expect(ForwardedFor.canonical("::FFFF:1.2.3.4") == "1.2.3.4")
+        #expect(ForwardedFor.canonical("0:0::1") == "::1")
+        #expect(ForwardedFor.canonical("evil.example") == "evil.example")
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func perIPLimitsCountTheForwardedClientOnlyFromTheTrustedProxy(store kind: RelayStoreKind) throws {
         let store = try RelayTestStore(kind)

@@ -26,10 +26,16 @@ enum ForwardedFor {
         return inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
     }
 
-    /// One spelling per address (`::FFFF:1.2.3.4`, `0:0::1` and `::1` compare as written by inet_ntop).
+    /// One spelling per address, as inet_ntop writes it (`0:0::1` is `::1`), an IPv4-mapped IPv6
+    /// address as the IPv4 address it maps (`::ffff:10.0.0.2` is `10.0.0.2`): a relay listening on
+    /// `::` sees an IPv4 proxy in the mapped form while `--trust-proxy` names it plainly.
     static func canonical(_ text: String) -> String {
         var v6 = in6_addr()
-        guard !text.contains("."), inet_pton(AF_INET6, text, &v6) == 1 else { return text }
+        guard text.contains(":"), inet_pton(AF_INET6, text, &v6) == 1 else { return text }
+        let mapped = withUnsafeBytes(of: &v6) { raw in
+            raw.prefix(10).allSatisfy { $0 == 0 } && raw[10] == 0xff && raw[11] == 0xff ? Array(raw.suffix(4)) : nil
+        }
+        if let mapped { return mapped.map(String.init).joined(separator: ".") }
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &v6, &buffer, socklen_t(buffer.count)) != nil else { return text }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
