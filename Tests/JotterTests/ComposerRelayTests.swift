@@ -332,4 +332,32 @@ struct ComposerRelayTests {
         #expect(relay.transport.repeatsHarmlessly)
         #expect(relay.destination.hasPrefix("jotter+https://relay.example.com:8443"))
     }
+
+    /// Two deliveries running when the relay forgets this composer both meet `401` with the same
+    /// secret. The first to get there registers again; the other must not throw that new secret away
+    /// (which would register a third time and leave the second device orphaned on the relay).
+    @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
+        let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
+        let store = try RelayTestStore(.sqlite)
+        defer { store.release() }
+        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
+        defer { relay.stop() }
+        let outbox = try Outbox(path: composerDirectory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
+        defer { outbox.close() }
+        let account = JotterRelayAccount(
+            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(relay.port)", host: "127.0.0.1", port: relay.port,
+                                      caFile: nil, timeoutSeconds: 10),
+            invite: nil)
+        account.attach(outbox.settings)
+
+        let first = try account.secret()
+        #expect(try relay.json("DELETE", "/v1/devices/me", secret: first).status == 204)
+        #expect(try account.call("/v1/destinations").status == 200, "the first refusal registers again")
+        let second = try account.secret()
+        #expect(second != first)
+        try account.forget(secret: first)  // the other delivery's refusal, arriving late
+        #expect(try account.secret() == second)
+        #expect(try account.call("/v1/destinations").status == 200)
+        #expect(try store.deviceCount(on: relay) == 2, "the revoked device and its one successor")
+    }
 }

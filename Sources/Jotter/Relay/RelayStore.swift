@@ -275,8 +275,10 @@ struct IdempotencyRecord {
     enum Decision: Equatable {
         /// The answer, as it stands (a replay, a conflict, a key in flight).
         case answer(AdmissionOutcome)
-        /// The reservation's holder is gone (a crash): the request takes it over (its limits were
-        /// spent then) and stores the message as reserved at `reservedAt`.
+        /// The reservation's holder is gone (a crash): the request takes it over and stores the
+        /// message as reserved at `reservedAt`. It was admitted then (its limits spent, its address
+        /// verified): the retry completes that request, as a message accepted before its address was
+        /// removed is still delivered. The outbox finds the message if the holder stored it.
         case takeOver(reservedAt: Int64)
         /// The key is forgotten: delete the record and decide as for a new key.
         case expired

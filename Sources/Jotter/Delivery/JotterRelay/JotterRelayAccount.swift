@@ -78,23 +78,31 @@ final class JotterRelayAccount: Sendable {
     }
 
     /// The relay no longer knows this device (its secret was revoked, or its store was reset): forget
-    /// the secret and the verification, so the next step registers again and asks for a new code.
-    func forget() throws(DeliveryFailure) {
-        registration.withLock { $0 = nil }
-        try stored { try $0.writeSealed(name("secret"), value: nil) }
-        var destination = try destination()
-        destination.pending = destination.pending ?? destination.address
-        destination.address = nil
-        try save(destination)
+    /// `secret`, the one the relay refused, and the verification, so the next step registers again and
+    /// asks for a new code. A secret that is no longer the stored one was already forgotten by a call
+    /// that met the same `401`, and perhaps replaced: the replacement stands (forgetting it too would
+    /// register a third time and orphan the second device).
+    func forget(secret refused: String) throws(DeliveryFailure) {
+        try registration.withLock { (cached: inout String?) throws(DeliveryFailure) in
+            var current = cached
+            if current == nil { current = try stored { try $0.readSealed(name("secret")) } }
+            guard current == refused else { return }
+            cached = nil
+            try stored { try $0.writeSealed(name("secret"), value: nil) }
+            var destination = try destination()
+            destination.pending = destination.pending ?? destination.address
+            destination.address = nil
+            try save(destination)
+        }
     }
 
     /// Calls the relay as this device; a `401` (unknown to the relay) re-registers once and tries again.
     func call(_ path: String, method: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> JotterRelayClient.Answer {
-        let answer = try client.call(path, method: method, secret: try secret(), json: body,
-                                     idempotencyKey: idempotencyKey)
+        let used = try secret()
+        let answer = try client.call(path, method: method, secret: used, json: body, idempotencyKey: idempotencyKey)
         guard answer.status == 401 else { return answer }
-        try forget()
+        try forget(secret: used)
         return try client.call(path, method: method, secret: try secret(), json: body,
                                idempotencyKey: idempotencyKey)
     }
