@@ -124,6 +124,73 @@ import Testing
         #expect(try #require(server.application.devices).list().count == 1)
     }
 
+    static func pair(_ server: TestServer, _ token: String, request: String, bearer: String? = nil) throws -> RawHTTP.Response {
+        try server.route("POST", "/pair", headers: [("Content-Type", "application/json"), ("User-Agent", pixel)]
+                            + (bearer.map { [("Authorization", "Bearer \($0)")] } ?? []),
+                         body: Array("{\"pairing_token\":\"\(token)\",\"request_id\":\"\(request)\"}".utf8))
+    }
+
+    @Test("A phone whose answer to POST /pair was lost asks again and gets its device, not 'already used'")
+    func aLostAnswerIsAskedForAgain() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let server = try Self.lanServer(directory, clock: clock)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let link = try registry.issuePairingToken().token
+        let request = "5d0e6a1c-8f1e-4a5b-9c2d-3e4f5a6b7c8d"
+        let lost = try Self.pair(server, link, request: request)
+        #expect(lost.status == 201)
+        let lostToken = try Self.deviceToken(lost)
+        // The answer never arrived; the phone asks again, the same link, the same request id.
+        let again = try Self.pair(server, link, request: request)
+        #expect(again.status == 201, "\(again.text)")
+        let token = try Self.deviceToken(again)
+        #expect((again.json as? [String: Any])?["device_id"] as? String == (lost.json as? [String: Any])?["device_id"] as? String)
+        #expect(token != lostToken)
+        #expect(try Self.send(server, token: token).status == 204)
+        #expect(try Self.send(server, token: lostToken).errorCode == "invalid_token", "the lost token stops working")
+        #expect(try registry.list().count == 1)
+        // Anyone else with the spent link is told it was used: without the id, or with another one.
+        #expect(try Self.pair(server, link).errorCode == "pairing_link_used")
+        #expect(try Self.pair(server, link, request: "another-request-id-0000").errorCode == "pairing_link_used")
+        // Once the link's ten minutes are over, and for a device since revoked, the same id is no key.
+        let later = try registry.issuePairingToken().token
+        #expect(try Self.pair(server, later, request: request).status == 201)
+        clock.advance(milliseconds: DeviceRegistry.pairingLifetime)
+        #expect(try Self.pair(server, later, request: request).errorCode == "pairing_link_used")
+        let revokedLink = try registry.issuePairingToken().token
+        let revoked = try Self.deviceToken(try Self.pair(server, revokedLink, request: request))
+        let revokedID = try #require(try registry.list().first { $0.revokedAt == nil && $0.createdAt == clock.nowMilliseconds() }?.id)
+        #expect(try registry.revoke(id: revokedID))
+        #expect(try Self.pair(server, revokedLink, request: request).errorCode == "pairing_link_used")
+        #expect(try Self.send(server, token: revoked).errorCode == "device_revoked")
+    }
+
+    @Test("A paired phone that opens a link again stays the device it is, and leaves the link to another phone")
+    func aPairedPhoneKeepsItsDevice() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let token = try Self.deviceToken(try Self.pair(server, try registry.issuePairingToken().token))
+        let link = try registry.issuePairingToken().token
+        let again = try Self.pair(server, link, request: "0123456789abcdef", bearer: token)
+        #expect(again.status == 200)
+        let answer = try #require(again.json as? [String: Any])
+        #expect(answer["already_paired"] as? Bool == true && answer["device_token"] == nil)
+        #expect(answer["device_id"] as? String == (try registry.list().first?.id))
+        #expect(try Self.send(server, token: token).status == 204, "its token still works")
+        // The link is still good for the phone it was made for; a revoked token pairs anew.
+        let other = try Self.deviceToken(try Self.pair(server, link))
+        #expect(try registry.list().count == 2)
+        let otherID = try #require(try registry.list().first { $0.revokedAt == nil }?.id)
+        #expect(try registry.revoke(id: otherID))
+        let renewed = try Self.pair(server, try registry.issuePairingToken().token, request: "0123456789abcdef", bearer: other)
+        #expect(renewed.status == 201)
+        #expect(try Self.send(server, token: try Self.deviceToken(renewed)).status == 204)
+    }
+
     @Test("GET /pairing tells the page where it stands")
     func pairingState() throws {
         let directory = TemporaryDirectory()

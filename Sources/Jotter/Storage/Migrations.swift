@@ -105,6 +105,12 @@ enum Migrations {
         CREATE INDEX messages_stopped ON messages(status, created_at)
             WHERE status = 'failed' OR status = 'held' OR status = 'cancelled';
         """,
+        // A phone whose answer to POST /pair was lost asks again with the same link and the same
+        // request id: it gets the device that link made (with a fresh token), not "already used".
+        """
+        ALTER TABLE pairing_tokens ADD COLUMN request_hash BLOB;
+        ALTER TABLE pairing_tokens ADD COLUMN device_id TEXT;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

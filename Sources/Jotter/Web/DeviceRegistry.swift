@@ -105,22 +105,41 @@ public final class DeviceRegistry: Sendable {
 
     /// Exchanges a pairing token for a new device named `deviceName`. The token is spent in the same
     /// transaction that stores the device, so two phones racing with one link get one device.
-    public func pair(pairingToken: String, deviceName: String) throws -> PairOutcome {
+    ///
+    /// `request` is the phone's own random id for this exchange. A phone whose answer was lost (flaky
+    /// Wi-Fi) asks again with the same link and the same id: while the link is within its 10 minutes it
+    /// gets the device that link made, under a new token (the first one never arrived, and stops
+    /// working). Anyone else presenting the spent link, without the id, is told it was used.
+    public func pair(pairingToken: String, deviceName: String, request: String? = nil) throws -> PairOutcome {
         guard !pairingToken.isEmpty, pairingToken.utf8.count <= 128 else { return .unknown }
         let now = clock.nowMilliseconds()
         let key = hash(pairingToken)
+        let requestHash = request.flatMap { (16...128).contains($0.utf8.count) ? hash("pair request " + $0) : nil }
         let name = String(SubjectLine.sanitized(deviceName).prefix(60))
         return try database.write { database -> PairOutcome in
-                guard let (expiresAt, usedAt) = try database.statement(
-                    "SELECT expires_at, used_at FROM pairing_tokens WHERE token_hash = ?"
-                ).firstRow([.blob(key)], { ($0.int64(0), $0.optionalInt64(1)) }) else { return .unknown }
-                if usedAt != nil { return .used }
-                if expiresAt <= now { return .expired }
-                try database.run("UPDATE pairing_tokens SET used_at = ? WHERE token_hash = ?",
-                                 [.integer(now), .blob(key)])
+                guard let link = try database.statement(
+                    "SELECT expires_at, used_at, request_hash, device_id FROM pairing_tokens WHERE token_hash = ?"
+                ).firstRow([.blob(key)], {
+                    (expiresAt: $0.int64(0), usedAt: $0.optionalInt64(1), requestHash: $0.blob(2), deviceID: $0.text(3))
+                }) else { return .unknown }
+                if link.usedAt != nil {
+                    guard let requestHash, let stored = link.requestHash, HMAC.constantTimeEquals(stored, requestHash),
+                          link.expiresAt > now, let id = link.deviceID,
+                          let device = try database.statement(
+                              "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices WHERE id = ? AND revoked_at IS NULL"
+                          ).firstRow([.text(id)], { Self.device($0) })
+                    else { return .used }
+                    let deviceToken = try Self.newToken()
+                    try database.run("UPDATE devices SET token_hash = ?, last_seen_at = ? WHERE id = ?",
+                                     [.blob(hash(deviceToken)), .integer(now), .text(id)])
+                    return .paired(device: device, token: deviceToken)
+                }
+                if link.expiresAt <= now { return .expired }
                 let deviceToken = try Self.newToken()
                 let device = Device(id: try SecureRandom.uuid(), name: name.isEmpty ? "Device" : name,
                                     createdAt: now, lastSeenAt: now, revokedAt: nil)
+                try database.run("UPDATE pairing_tokens SET used_at = ?, request_hash = ?, device_id = ? WHERE token_hash = ?",
+                                 [.integer(now), requestHash.map { .blob($0) } ?? .null, .text(device.id), .blob(key)])
                 try database.run(
                     "INSERT INTO devices (id, name, token_hash, created_at, last_seen_at) VALUES (?, ?, ?, ?, ?)",
                     [.text(device.id), .text(device.name), .blob(hash(deviceToken)), .integer(now), .integer(now)])

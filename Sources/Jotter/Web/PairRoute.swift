@@ -75,10 +75,22 @@ struct PairRoute: Sendable {
         guard let body = try? JSONValue.parse(request.body), let pairingToken = body["pairing_token"]?.string else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
+        // A phone that is paired already (the same code scanned twice, a link opened again) stays the
+        // device it is: the link is left for the phone it was made for.
+        if case .valid(let id) = policy.bearerCheck(request, devices: devices),
+           let device = try? devices.device(id: id) {
+            var json = JSONWriter()
+            json.object {
+                $0.field("device_id", device.id)
+                $0.field("name", device.name)
+                $0.field("already_paired", true)
+            }
+            return .json(200, json.bytes)
+        }
         let given = body["name"]?.string.map { SubjectLine.sanitized($0) } ?? ""
         let name = given.isEmpty ? DeviceName.from(request.headers) : given
         do {
-            switch try devices.pair(pairingToken: pairingToken, deviceName: name) {
+            switch try devices.pair(pairingToken: pairingToken, deviceName: name, request: body["request_id"]?.string) {
             case .paired(let device, let token):
                 var json = JSONWriter()
                 json.object {
