@@ -31,6 +31,11 @@ static inline CURLcode jotter_curl_setopt_read_function(CURL *handle,
     return curl_easy_setopt(handle, CURLOPT_READFUNCTION, function);
 }
 
+static inline CURLcode jotter_curl_setopt_xferinfo_function(CURL *handle,
+    int (*function)(void *, curl_off_t, curl_off_t, curl_off_t, curl_off_t)) {
+    return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, function);
+}
+
 static inline CURLcode jotter_curl_setopt_header_function(CURL *handle,
     size_t (*function)(char *, size_t, size_t, void *)) {
     return curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, function);

@@ -40,6 +40,7 @@ class Recorder:
     def __init__(self, outdir, delay):
         self.outdir = outdir
         self.delay = delay
+        self.rcpt_delay = 0
         self.lock = threading.Lock()
         self.accepted = 0
         self.rejected = 0
@@ -129,6 +130,8 @@ class Handler:
         return "250 OK"
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if self.recorder.rcpt_delay:
+            await asyncio.sleep(self.recorder.rcpt_delay)
         reply = self.recorder.refusal("rcpt")
         if reply:
             self.recorder.event("RCPT refused " + reply[:3])
@@ -176,6 +179,7 @@ def watch_stdin():
 async def serve(args):
     loop = asyncio.get_running_loop()
     recorder = Recorder(args.outdir, args.delay_ms / 1000)
+    recorder.rcpt_delay = args.rcpt_delay_ms / 1000
     if args.refuse_rcpt or args.refuse_data:
         control = {}
         if args.refuse_rcpt:
@@ -212,6 +216,7 @@ def main():
     parser.add_argument("--outdir", required=True)
     parser.add_argument("--auth", help="USER:PASSWORD to require (AUTH only after TLS)")
     parser.add_argument("--delay-ms", type=int, default=0, help="wait this long before answering DATA")
+    parser.add_argument("--rcpt-delay-ms", type=int, default=0, help="wait this long before answering RCPT")
     parser.add_argument("--idle-timeout", type=float, default=300, help="close a connection idle this long (s)")
     parser.add_argument("--refuse-rcpt", help="reply to RCPT with this, e.g. '451 4.3.0 Try later'")
     parser.add_argument("--refuse-data", help="reply to the end of DATA with this")

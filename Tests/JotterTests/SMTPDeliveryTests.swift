@@ -407,6 +407,40 @@ import Testing
         }
     }
 
+    /// A busy server's checks after the end of DATA take longer than `timeout=`: by then the memo may
+    /// be queued, so Jotter waits for the reply (RFC 5321's 10 minutes) rather than give up and send
+    /// it a second time.
+    @Test func aSlowReplyToTheEndOfTheMessageIsAwaitedNotRetried() throws {
+        let fixture = try Fixture(mode: .plain, delayMilliseconds: 5_000)
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay() + "&timeout=2")
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "checked slowly")
+        #expect(server.waitUntil(timeout: 60) { (try? DeliveryKit.entry(server, id).status) == "sent" },
+                "\((try? DeliveryKit.entry(server, id).status) ?? "?")")
+        #expect(try server.finishDeliveries())
+        let identifiers = try DeliveryKit.parseAll(fixture.smtp.received.map(\.path)).map(\.messageID)
+        #expect(identifiers == [Self.messageID(id)], "exactly once")
+        #expect(try DeliveryKit.entry(server, id).attempts == 1)
+    }
+
+    /// Before the end of the message `timeout=` still holds: a server that stalls on RCPT is given up
+    /// on after it (and the memo retried), not after the ten minutes kept for the final reply.
+    @Test func aServerThatStallsBeforeTheMessageTimesOutAfterTheTimeout() throws {
+        let directory = TemporaryDirectory()
+        let smtp = try SMTPServer(mode: .plain, directory: directory.file("smtp"), rcptDelayMilliseconds: 120_000)
+        defer { smtp.stop() }
+        let server = try TestServer(dataDirectory: directory.file("data"),
+                                    relay: "smtp://127.0.0.1:\(smtp.port)?tls=none&timeout=2&from=a@example.com&to=b@example.com") {
+            $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 600_000, capMilliseconds: 600_000)
+        }
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "to a stalling server")
+        #expect(server.waitUntil(timeout: 60) { (try? DeliveryKit.entry(server, id))?.lastError == "timeout" },
+                "\((try? DeliveryKit.entry(server, id).raw) ?? "?")")
+        #expect(smtp.received.isEmpty)
+    }
+
     // MARK: Plain text only to loopback
 
     @Test(arguments: ["127.0.0.1", "127.0.0.2", "localhost", "[::1]"])

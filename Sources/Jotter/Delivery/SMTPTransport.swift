@@ -17,6 +17,8 @@ public struct SMTPTransport: Transport {
 
     let settings: Settings
     private let handles = EasyHandlePool()
+    /// How long the reply to the end of DATA is waited for (RFC 5321 §4.5.3.2.6: 10 minutes).
+    static let endOfDataReplyMilliseconds: Int64 = 600_000
 
     init(settings: Settings) {
         self.settings = settings
@@ -33,8 +35,13 @@ public struct SMTPTransport: Transport {
                 try handle.set(CURLOPT_URL, url)
                 try handle.set(CURLOPT_PROTOCOLS_STR, settings.implicitTLS ? "smtps" : "smtp")
                 try handle.set(CURLOPT_NOSIGNAL, 1)
+                // `timeout` bounds the session up to the end of DATA. The reply to that may take minutes
+                // (a busy server's spam and virus checks); the message may be queued by then, and giving
+                // up would send it again: wait for it as RFC 5321 §4.5.3.2.6 asks, 10 minutes.
                 try handle.set(CURLOPT_CONNECTTIMEOUT, min(settings.timeoutSeconds, 15))
-                try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds)
+                handle.phaseLimits = (untilUploaded: Int64(settings.timeoutSeconds) * 1000,
+                                      afterUpload: Self.endOfDataReplyMilliseconds)
+                try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds + Int(Self.endOfDataReplyMilliseconds / 1000) + 60)
                 if !settings.implicitTLS {
                     try handle.set(CURLOPT_USE_SSL, Int(settings.requireTLS ? CURLUSESSL_ALL.rawValue
                                                                              : CURLUSESSL_NONE.rawValue))

@@ -144,12 +144,13 @@ final class SMTPServer: Sendable {
 
     /// Starts a server writing into `directory` (created). TLS modes need `certificates`; `port` 0 picks a free one.
     init(mode: Mode, directory: String, certificates: TestCertificates? = nil,
-         auth: (user: String, password: String)? = nil, delayMilliseconds: Int = 0, port: Int = 0,
-         idleTimeoutSeconds: Double = 300) throws {
+         auth: (user: String, password: String)? = nil, delayMilliseconds: Int = 0, rcptDelayMilliseconds: Int = 0,
+         port: Int = 0, idleTimeoutSeconds: Double = 300) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.mode = mode
         self.directory = directory
         var arguments = ["--mode", mode.rawValue, "--outdir", directory, "--delay-ms", "\(delayMilliseconds)",
+                         "--rcpt-delay-ms", "\(rcptDelayMilliseconds)",
                          "--port", "\(port)", "--idle-timeout", "\(idleTimeoutSeconds)"]
         if let certificates {
             arguments += ["--cert", certificates.certificateFile, "--key", certificates.keyFile]

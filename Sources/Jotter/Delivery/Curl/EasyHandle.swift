@@ -20,6 +20,14 @@ public final class EasyHandle {
     public private(set) var responseHeaders: [(name: String, value: String)] = []
     /// The most bytes of response body kept (a relay's answer is small; anything more is dropped).
     public var responseLimit = 64 * 1024
+    /// Time limits in two phases, in milliseconds: from the start until the whole upload was handed to
+    /// libcurl, and from then until the answer. Nil: only what `CURLOPT_TIMEOUT` says. (SMTP waits far
+    /// longer for the reply to the end of DATA than for anything before it: giving up there, when the
+    /// server may well have queued the message, would send it twice.)
+    public var phaseLimits: (untilUploaded: Int64, afterUpload: Int64)?
+    private var startedAt: UInt64 = 0
+    private var uploadedAt: UInt64?
+    private var exceededPhaseLimit = false
 
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
@@ -42,6 +50,7 @@ public final class EasyHandle {
         uploadOffset = 0
         responseBody = []
         responseHeaders = []
+        phaseLimits = nil
     }
 
     /// Sets an integer option.
@@ -87,6 +96,14 @@ public final class EasyHandle {
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, me)
         _ = jotter_curl_setopt_header_function(handle, jotterCurlHeader)
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
+        if phaseLimits != nil {
+            _ = jotter_curl_setopt_xferinfo_function(handle, jotterCurlProgress)
+            _ = jotter_curl_setopt_pointer(handle, CURLOPT_XFERINFODATA, me)
+            _ = jotter_curl_setopt_long(handle, CURLOPT_NOPROGRESS, 0)
+        }
+        startedAt = monotonicNanoseconds()
+        uploadedAt = nil
+        exceededPhaseLimit = false
         var code = curl_easy_perform(handle)
         if code != CURLE_OK && isStaleConnectionFailure(code) {
             // The server closed an idle pooled connection (common with TLS servers whose idle timeout
@@ -95,9 +112,11 @@ public final class EasyHandle {
             responseBody = []
             responseHeaders = []
             uploadOffset = 0
+            uploadedAt = nil
             code = curl_easy_perform(handle)
             _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0)
         }
+        if code == CURLE_ABORTED_BY_CALLBACK && exceededPhaseLimit { code = CURLE_OPERATION_TIMEDOUT }
         guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
     }
 
@@ -145,13 +164,27 @@ public final class EasyHandle {
 
     fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
         let count = min(capacity, upload.count - uploadOffset)
-        guard count > 0 else { return 0 }
+        guard count > 0 else {
+            if uploadedAt == nil { uploadedAt = monotonicNanoseconds() }
+            return 0
+        }
         upload.withUnsafeBytes { raw in
             guard let base = raw.baseAddress else { return }
             UnsafeMutableRawPointer(buffer).copyMemory(from: base + uploadOffset, byteCount: count)
         }
         uploadOffset += count
         return count
+    }
+
+    /// libcurl's progress callback (at least once a second): false stops the transfer, a phase's limit
+    /// having passed.
+    fileprivate func withinPhaseLimits() -> Bool {
+        guard let limits = phaseLimits else { return true }
+        let now = monotonicNanoseconds()
+        let (since, limit) = uploadedAt.map { ($0, limits.afterUpload) } ?? (startedAt, limits.untilUploaded)
+        guard now >= since, Int64((now - since) / 1_000_000) > limit else { return true }
+        exceededPhaseLimit = true
+        return false
     }
 
     fileprivate func write(_ bytes: UnsafeRawBufferPointer) {
@@ -179,6 +212,12 @@ private func jotterCurlRead(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int,
                             _ context: UnsafeMutableRawPointer?) -> Int {
     guard let buffer, let context else { return 0 }
     return Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue().read(into: buffer, capacity: size * count)
+}
+
+private func jotterCurlProgress(_ context: UnsafeMutableRawPointer?, _ downloadTotal: curl_off_t, _ downloaded: curl_off_t,
+                                _ uploadTotal: curl_off_t, _ uploaded: curl_off_t) -> Int32 {
+    guard let context else { return 0 }
+    return Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue().withinPhaseLimits() ? 0 : 1
 }
 
 private func jotterCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
