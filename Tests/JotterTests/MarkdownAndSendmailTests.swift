@@ -290,6 +290,32 @@ import Testing
         }
     }
 
+    /// With `?from=` the envelope sender is that address too (`-f`): bounces go there, and SPF checks the
+    /// domain the From names instead of this machine's user.
+    @Test func sendmailFromIsAlsoTheEnvelopeSender() throws {
+        let directory = TemporaryDirectory()
+        let sendmail = try FakeSendmail(in: directory.file("mta"), exitCode: 0)
+        let server = try Self.jotter(directory, relay: "sendmail:\(sendmail.path)?from=Notes%20%3C-notes@example.org%3E&to=me@example.org")
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "signed for")
+        #expect(try DeliveryKit.settle(server, id).status == "sent")
+        #expect(sendmail.arguments == "-t -i -f -notes@example.org", "the address as -f's own argument, even with a leading dash")
+        let parsed = try DeliveryKit.parse(atPath: try #require(sendmail.files("delivered").first))
+        #expect(parsed.from.contains("-notes@example.org"))
+    }
+
+    /// A relay's mail goes to other people's inboxes: from jotter@localhost it would be refused there,
+    /// and no address could be verified. Without `?from=` the relay does not start.
+    @Test func aRelayDoesNotSendmailWithoutAFromAddress() throws {
+        let directory = TemporaryDirectory()
+        #expect(throws: RelayURL.Failure.self) {
+            let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.mail = "sendmail:/bin/true" }
+            relay.stop()
+        }
+        let relay = try RelayServer(dataDirectory: directory.file("relay")) { $0.mail = "sendmail:/bin/true?from=relay@example.com" }
+        relay.stop()
+    }
+
     @Test func sendmailTimeoutMustBeSeconds() {
         #expect(throws: RelayURL.Failure.self) { try RelayURL("sendmail:?timeout=0") }
         #expect(throws: RelayURL.Failure.self) { try RelayURL("sendmail:?timeout=soon") }

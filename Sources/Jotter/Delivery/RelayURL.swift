@@ -93,9 +93,9 @@ public struct RelayURL: Sendable {
             if let timeout, !(1...3600).contains(timeout ?? 0) {
                 throw Failure.invalid("timeout= must be a number of seconds from 1 to 3600")
             }
-            transport = SendmailTransport(path: path, timeoutSeconds: (timeout ?? 60) ?? 60)
             let to = try query.queryValue("to").map(Self.address) ?? MailAddress(address: Self.localUser() + "@localhost")
             from = try query.queryValue("from").map(Self.address)
+            transport = SendmailTransport(path: path, timeoutSeconds: (timeout ?? 60) ?? 60, envelopeSender: from?.address)
             self.to = to
             destination = "sendmail:\(path) → \(to.address)"
         case "smtp", "smtps":

@@ -10,11 +10,15 @@ public struct SendmailTransport: Transport {
     public let path: String
     /// How long one hand-over may take (`?timeout=`, 60 s by default).
     public let timeoutSeconds: Int
+    /// The envelope sender (`-f`), when `?from=` names one: bounces go there, and SPF checks its domain.
+    /// Without it the MTA uses the user running Jotter, which suits mail that stays on this machine.
+    public let envelopeSender: String?
 
     /// A transport piping to `path`.
-    public init(path: String = "/usr/sbin/sendmail", timeoutSeconds: Int = 60) {
+    public init(path: String = "/usr/sbin/sendmail", timeoutSeconds: Int = 60, envelopeSender: String? = nil) {
         self.path = path
         self.timeoutSeconds = timeoutSeconds
+        self.envelopeSender = envelopeSender
     }
 
     /// A write into a pipe whose reader has gone must be an error (EPIPE), not the end of the process.
@@ -39,7 +43,8 @@ public struct SendmailTransport: Transport {
         let child: ChildProcess
         let input: Int32?
         do {
-            (child, input, _) = try ChildProcess.spawn(path, arguments: ["-t", "-i"], input: .pipe, output: .discard)
+            (child, input, _) = try ChildProcess.spawn(path, arguments: ["-t", "-i"] + (envelopeSender.map { ["-f", $0] } ?? []),
+                                                     input: .pipe, output: .discard)
         } catch {
             throw DeliveryFailure(.configuration, permanent: true)
         }

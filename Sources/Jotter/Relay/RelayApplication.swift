@@ -48,6 +48,12 @@ public final class RelayApplication: Sendable {
         let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
         mailFingerprint = Array(mail.utf8)
         let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
+        if relay.transport is SendmailTransport && relay.from == nil {
+            // The local MTA would sign it as jotter@localhost: Gmail and the like refuse such a sender,
+            // and no address could ever be verified.
+            throw RelayURL.Failure.invalid("a relay mails other people's inboxes: give sendmail: a ?from= address "
+                + "at a domain this machine's MTA sends for (sendmail:?from=relay@example.com)")
+        }
         var delivery = configuration.delivery
         if let from = relay.from { delivery.from = from }
         switch configuration.store {

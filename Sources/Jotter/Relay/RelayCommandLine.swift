@@ -28,7 +28,8 @@ public enum RelayCommandLine {
           --mail URL           how mail leaves the relay (JOTTER_RELAY_MAIL; default
                                maildir:<data-dir>/Maildir): maildir:PATH, smtp://USER:PASS@HOST:587,
                                smtps://USER:PASS@HOST:465, resend://API_KEY, sendmail: — with
-                               ?from=ADDR; each message's recipient is the verified address it names
+                               ?from=ADDR (sendmail: needs it); each message's recipient is the
+                               verified address it names
           --mail-file PATH     read the mail URL from this file, so secrets stay out of ps and shell
                                history (JOTTER_RELAY_MAIL_FILE)
           --registration MODE  open (anyone who reaches the relay) or invite (JOTTER_RELAY_REGISTRATION;
