@@ -23,6 +23,8 @@ private enum Reader {
         var bcc: String?
         var subjectCount: Int
         var headerNames: [String]
+        /// Each mailbox of From, as (display name, address).
+        var fromMailboxes: [[String]]
     }
 
     static let script = """
@@ -42,6 +44,7 @@ private enum Reader {
             'defects': defects, 'bcc': None if message['bcc'] is None else str(message['bcc']),
             'subject_count': len(message.get_all('subject') or []),
             'header_names': list(message.keys()),
+            'from_mailboxes': [[a.display_name, a.addr_spec] for a in message['from'].addresses],
         }))
         """
 
@@ -64,7 +67,8 @@ private enum Reader {
             defects: try #require(object["defects"] as? [String]),
             bcc: object["bcc"] as? String,
             subjectCount: try #require(object["subject_count"] as? Int),
-            headerNames: try #require(object["header_names"] as? [String]))
+            headerNames: try #require(object["header_names"] as? [String]),
+            fromMailboxes: try #require(object["from_mailboxes"] as? [[String]]))
     }
 }
 
@@ -175,6 +179,36 @@ private enum Mail {
 
 @Suite struct MailMessageTests {
     // MARK: Subjects and bodies that come back exactly
+
+    /// A display name reads back as it was given, as one mailbox: `.` and `,` are not atom text, and
+    /// `Doe, John <j@example.com>` would read as two mailboxes; long names fold.
+    @Test(arguments: ["J. Smith", "Doe, John", ".hidden", #"Ana "the" O'Neil \ x"#, "Jotter",
+                      "Jotter — Notizen von Ana María Fernández González", String(repeating: "日本語", count: 70),
+                      String(repeating: "a", count: 90), "Dr. Ana Fernández"])
+    func displayNamesReadBackAsOneMailbox(name: String) throws {
+        let message = MailMessage(id: Mail.id, date: Mail.date, from: MailAddress(name: name, address: "jotter@example.org"),
+                                  to: MailAddress(address: "me@example.net"), subject: "s", body: "b", attempt: 1)
+        let bytes = message.rendered()
+        Mail.expectWellFormed(bytes)
+        let parsed = try Reader.parse(bytes)
+        #expect(parsed.defects.isEmpty, "\(parsed.defects)")
+        #expect(parsed.fromMailboxes.map { $0.last } == ["jotter@example.org"], "one mailbox: \(parsed.fromMailboxes)")
+        let shown = parsed.fromMailboxes.first?.first ?? ""
+        // Python's structured-header parser keeps the space between two encoded-words of a phrase,
+        // which RFC 2047 (6.2) says to drop; its RFC 2047 decoder, read on the raw header, drops it.
+        #expect(shown == name || shown.filter { $0 != " " } == name.filter { $0 != " " }, "\(shown)")
+        let raw = try #require(Mail.header("From", in: bytes)).trimmingCharacters(in: .whitespaces)
+        let decoder = "import email.header, sys; print(str(email.header.make_header(email.header.decode_header(sys.argv[1]))))"
+        let decoded = try Python.run(decoder, arguments: [raw]).trimmingCharacters(in: .newlines)
+        let written = name.utf8.allSatisfy { (0x20...0x7E).contains($0) } && MailAddress.needsQuotes(name) ? MailAddress.quoted(name) : name
+        #expect(decoded == written + " <jotter@example.org>" || decoded == name + " <jotter@example.org>", "\(decoded)")
+        // A mail API gets the same name, quoted where it must be.
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(ResendTransport.requestBody(message))) as? [String: Any])
+        let script = "import email.utils, sys; print(repr(email.utils.getaddresses([sys.argv[1]])))"
+        let viaAPI = try Python.run(script, arguments: [try #require(json["from"] as? String)])
+        let expected = try Python.run("import sys; print(repr([(sys.argv[1], 'jotter@example.org')]))", arguments: [name])
+        #expect(viaAPI == expected)
+    }
 
     @Test func asciiMemo() throws {
         let parsed = try Mail.roundTrip(subject: "Buy milk", body: "Buy milk\nand eggs, 2% please.")

@@ -24,8 +24,7 @@ public struct ResendTransport: Transport {
     static func requestBody(_ message: MailMessage) -> [UInt8] {
         var json = JSONWriter()
         json.object { json in
-            json.field("from", message.from.name.isEmpty ? message.from.address
-                                                            : "\(message.from.name) <\(message.from.address)>")
+            json.field("from", message.from.unicodeValue)
             json.key("to")
             json.array { $0.value(message.to.address) }
             json.field("subject", message.subject)
