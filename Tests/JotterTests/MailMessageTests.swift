@@ -210,6 +210,22 @@ private enum Mail {
         #expect(viaAPI == expected)
     }
 
+    /// A composer's memo is the user's own: no Auto-Submitted, no Reply-To. A relay's says it was sent
+    /// by a service, and that replies go to the recipient; its headers stay well formed.
+    @Test func onlyARelaysMailIsMarkedAutoSubmitted() throws {
+        var message = Mail.message(subject: "s", body: "b")
+        #expect(Mail.header("Auto-Submitted", in: message.rendered()) == nil)
+        #expect(Mail.header("Reply-To", in: message.rendered()) == nil)
+        message.to = MailAddress(address: "ana.maria.fernandez.gonzalez.long.address@example.net")
+        message.onBehalfOfRecipient = true
+        let bytes = message.rendered()
+        Mail.expectWellFormed(bytes)
+        let parsed = try Reader.parse(bytes)
+        #expect(parsed.defects.isEmpty)
+        #expect(Mail.header("Auto-Submitted", in: bytes) == " auto-generated")
+        #expect(Mail.header("Reply-To", in: bytes) == " <ana.maria.fernandez.gonzalez.long.address@example.net>")
+    }
+
     @Test func asciiMemo() throws {
         let parsed = try Mail.roundTrip(subject: "Buy milk", body: "Buy milk\nand eggs, 2% please.")
         #expect(parsed.body == "Buy milk\nand eggs, 2% please.\n")

@@ -41,6 +41,14 @@ import Testing
         #expect(delivered.count == 1)
         #expect(RelayServer.sameBody(delivered.first?.message["body"], "buy milk\n"))
         #expect(delivered.first?.message["message_id"] as? String == "<\(id)@localhost>")
+        // The relay's mail (the memo, and the code before it) is a service's: no vacation reply or ticket
+        // system answers it, and a reply quoting the memo goes to its owner, not to the relay's address.
+        let all = try relay.mails(to: "me@example.com")
+        #expect(all.count == 2, "the code and the memo")
+        for mail in all {
+            #expect(mail.message["auto_submitted"] as? String == "auto-generated")
+            #expect(RelayServer.recipient(mail.message["reply_to"] as? String) == "me@example.com")
+        }
         // A replay after delivery answers the same id and sends nothing more.
         let replay = try relay.send(device.secret, to: "me@example.com", subject: "Grocery list", body: "buy milk\n",
                                     key: "memo-1")

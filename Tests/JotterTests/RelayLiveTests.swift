@@ -77,6 +77,8 @@ import Testing
         let codeMail = try #require(api.emails.first?.json)
         #expect(codeMail["to"] as? [String] == ["me@example.com"])
         #expect(codeMail["from"] as? String == "Relay <relay@example.com>")
+        #expect(codeMail["reply_to"] as? String == "me@example.com")
+        #expect((codeMail["headers"] as? [String: Any])?["Auto-Submitted"] as? String == "auto-generated")
         let code = try #require(RelayServer.code(in: codeMail["text"] as? String ?? ""))
         #expect(codeMail["subject"] as? String == VerificationMail.render(code: code, language: "ja").subject)
         #expect(try relay.confirm(device.secret, "me@example.com", code).status == 200)

@@ -27,6 +27,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         public var from = MailAddress(name: "Jotter", address: "jotter@localhost")
         /// The recipient of every message (the user).
         public var to = MailAddress(address: "me@localhost")
+        /// Every message is a service's, sent to its recipient's own inbox (`MailMessage.onBehalfOfRecipient`):
+        /// the Jotter relay's.
+        public var onBehalfOfRecipient = false
         /// How long a delivered memo's subject stays in `/history`.
         public var subjectRetentionMilliseconds: Int64 = 7 * 24 * 3_600_000
         /// While the relay is unreachable, how often to probe it (instead of backing off).
@@ -502,8 +505,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
             // A relay's message carries its own recipient; a composer's memo goes to the configured one.
             let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
-            ready.append((claimed, MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from, to: to,
-                                               subject: content.subject, body: content.body, attempt: claimed.attempt)))
+            var message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from, to: to,
+                                      subject: content.subject, body: content.body, attempt: claimed.attempt)
+            message.onBehalfOfRecipient = configuration.onBehalfOfRecipient
+            ready.append((claimed, message))
         }
         guard !ready.isEmpty else { return }
         transportSending.store(true, ordering: .relaxed)

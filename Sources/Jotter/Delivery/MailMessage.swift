@@ -14,6 +14,10 @@ public struct MailMessage: Sendable, Equatable {
     public var body: String
     /// This delivery attempt's number, from 1 (transports use it to check for an earlier, interrupted attempt).
     public var attempt: Int
+    /// Sent by a service to a user's own inbox (the Jotter relay's codes and memos): marked
+    /// `Auto-Submitted: auto-generated` (RFC 3834), so vacation replies and ticket systems do not answer
+    /// it, and `Reply-To` the recipient, so a reply quoting a memo reaches its owner, not the relay.
+    public var onBehalfOfRecipient = false
 
     /// Creates a message.
     public init(id: String, date: Int64, from: MailAddress, to: MailAddress, subject: String, body: String,
@@ -47,6 +51,10 @@ public struct MailMessage: Sendable, Equatable {
         MIME.appendSubjectHeader(subject, to: &out)
         out.append("\r\nMessage-ID: ")
         out.append(utf8: messageID)
+        if onBehalfOfRecipient {
+            out.append("\r\nAuto-Submitted: auto-generated\r\nReply-To: ")
+            to.appendHeaderValue(to: &out, headerNameLength: 10)
+        }
         out.append("\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n")
         // The encoding is known once the body is encoded, so the body goes after the headers' end and
         // its header is put in front of it.

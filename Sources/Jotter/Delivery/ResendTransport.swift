@@ -29,8 +29,12 @@ public struct ResendTransport: Transport {
             json.array { $0.value(message.to.address) }
             json.field("subject", message.subject)
             json.field("text", message.body)
+            if message.onBehalfOfRecipient { json.field("reply_to", message.to.address) }
             json.key("headers")
-            json.object { $0.field("Message-ID", message.messageID) }
+            json.object { headers in
+                headers.field("Message-ID", message.messageID)
+                if message.onBehalfOfRecipient { headers.field("Auto-Submitted", "auto-generated") }
+            }
         }
         return json.bytes
     }

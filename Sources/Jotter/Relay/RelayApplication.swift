@@ -56,6 +56,7 @@ public final class RelayApplication: Sendable {
         }
         var delivery = configuration.delivery
         if let from = relay.from { delivery.from = from }
+        delivery.onBehalfOfRecipient = true
         switch configuration.store {
         case .sqlite:
             let outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,

@@ -53,6 +53,8 @@ enum Python {
                     'from': str(message['from']), 'to': str(message['to']),
                     'content_type': message.get_content_type(), 'charset': message.get_content_charset(),
                     'defects': [type(d).__name__ for d in message.defects],
+                    'auto_submitted': message['auto-submitted'] and str(message['auto-submitted']),
+                    'reply_to': message['reply-to'] and str(message['reply-to']),
                 }))
             """
         let lines = try run(script, arguments: paths).split(separator: "\n")
