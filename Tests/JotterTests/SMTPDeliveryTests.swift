@@ -128,6 +128,23 @@ import Testing
         #expect(server.logs.captured.contains("error.kind=server_error"))
     }
 
+    /// A full mailbox (552 to RCPT, as RFC 5321 asks, and at the end of DATA too: a memo is small) is
+    /// waited out, not a refusal that fails the memo: it arrives once there is room.
+    @Test(arguments: [SMTPServer.Stage.rcpt, .data])
+    func aFullMailboxIsWaitedOut(stage: SMTPServer.Stage) throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(stage, reply: "552 5.2.2 Mailbox full", count: 2)
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "when there is room")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "sent", "\(entry)")
+        #expect(entry.attempts == 3)
+        #expect(fixture.smtp.received.count == 1)
+        #expect(server.logs.captured.contains("error.kind=mailbox_full"))
+    }
+
     @Test(arguments: [SMTPServer.Stage.rcpt, .data])
     func aPermanentRefusalFailsKeepsTheMemoAndRetryOnRequestDeliversOnce(stage: SMTPServer.Stage) throws {
         let fixture = try Fixture(mode: .plain)

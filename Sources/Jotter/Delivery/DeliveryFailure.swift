@@ -10,6 +10,8 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case rejected
         case rateLimited = "rate_limited"
         case serverError = "server_error"
+        /// The recipient's mailbox is over its quota (SMTP 552): retried, as RFC 5321 asks, until there is room.
+        case mailboxFull = "mailbox_full"
         case conflict
         case io
         case configuration

@@ -69,10 +69,14 @@ public struct SMTPTransport: Transport {
         }
     }
 
-    /// An SMTP reply code, when there is one, decides: 4xx try again later, 5xx is a refusal.
+    /// An SMTP reply code, when there is one, decides: 4xx try again later, 5xx is a refusal, but for
+    /// 552: a mailbox over its quota (RFC 5321 4.5.3.1.10: a 552 to RCPT is to be taken as temporary;
+    /// at the end of DATA it says the message is too large for the room left, and a memo is small) is
+    /// tried again until there is room.
     static func failure(curl error: CurlError, reply: Int) -> DeliveryFailure {
         switch reply {
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
+        case 552: return DeliveryFailure(.mailboxFull, permanent: false)
         case 400..<500: return DeliveryFailure(.serverError, permanent: false)
         case 500..<600: return DeliveryFailure(.rejected, permanent: true)
         default:
