@@ -401,3 +401,41 @@ import Testing
                 "stored \(String(describing: try? stored())), expected \(latest)")
     }
 }
+
+/// Which of the machine's addresses a pairing link (and its QR code) names: the one a phone on the
+/// same network can reach.
+@Suite struct LinkAddressTests {
+    typealias Entry = NetworkInterfaces.Entry
+
+    @Test func aPhoneReachableAddressComesFirst() {
+        let entries = [
+            Entry(interface: "docker0", address: "172.17.0.1", running: true),
+            Entry(interface: "tailscale0", address: "100.101.102.103", running: true),
+            Entry(interface: "enp0s31f6", address: "192.168.1.30", running: false),  // cable unplugged
+            Entry(interface: "virbr0", address: "192.168.122.1", running: true),
+            Entry(interface: "wlp2s0", address: "192.168.1.20", running: true),
+            Entry(interface: "br-5c1e", address: "172.18.0.1", running: true),
+            Entry(interface: "wlp2s0", address: "192.168.1.20", running: true),
+        ]
+        #expect(NetworkInterfaces.ranked(entries, host: "0.0.0.0")
+                == ["192.168.1.20", "100.101.102.103", "172.17.0.1", "192.168.122.1", "172.18.0.1", "192.168.1.30"])
+        #expect(NetworkInterfaces.ranked(entries, host: "::") .first == "192.168.1.20")
+    }
+
+    /// `--lan --host ADDRESS` listens on that address only: the link names it and nothing else; a
+    /// loopback host (behind a proxy) has no address a phone could use.
+    @Test func aListeningAddressIsTheOnlyOne() {
+        let entries = [Entry(interface: "wlp2s0", address: "192.168.1.20", running: true),
+                       Entry(interface: "enp0s25", address: "10.0.0.5", running: true)]
+        #expect(NetworkInterfaces.ranked(entries, host: "10.0.0.5") == ["10.0.0.5"])
+        #expect(NetworkInterfaces.ranked(entries, host: "127.0.0.1").isEmpty)
+        #expect(NetworkInterfaces.ranked(entries, host: "0.0.0.0") == ["192.168.1.20", "10.0.0.5"])
+    }
+
+    @Test func privateRanges() {
+        #expect(NetworkInterfaces.isPrivate("10.1.2.3") && NetworkInterfaces.isPrivate("172.31.0.1")
+                && NetworkInterfaces.isPrivate("192.168.0.1"))
+        #expect(!NetworkInterfaces.isPrivate("172.32.0.1") && !NetworkInterfaces.isPrivate("100.64.0.1")
+                && !NetworkInterfaces.isPrivate("192.0.2.2") && !NetworkInterfaces.isPrivate("x"))
+    }
+}
