@@ -191,6 +191,30 @@ import Testing
         #expect(try Self.send(server, token: try Self.deviceToken(renewed)).status == 204)
     }
 
+    @Test("The link opened on the computer itself is not spent: the computer needs no pairing, the phone still can")
+    func theComputerDoesNotSpendThePhonesLink() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.http.host = "127.0.0.1"
+        }
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let link = try registry.issuePairingToken().token
+        let own = NetworkInterfaces.entries().first?.address
+        for peer in ["127.0.0.1"] + (own.map { [$0] } ?? []) {
+            let here = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                        body: Array("{\"pairing_token\":\"\(link)\"}".utf8), from: peer)
+            #expect(here.status == 409 && here.errorCode == "this_machine", "from \(peer): \(here.text)")
+        }
+        #expect(try registry.list().isEmpty)
+        let phone = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                     body: Array("{\"pairing_token\":\"\(link)\"}".utf8),
+                                     from: own == "192.168.1.33" ? "192.168.1.34" : "192.168.1.33")
+        #expect(phone.status == 201, "the phone pairs with the same link: \(phone.text)")
+    }
+
     @Test("GET /pairing tells the page where it stands")
     func pairingState() throws {
         let directory = TemporaryDirectory()

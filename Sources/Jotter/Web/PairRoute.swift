@@ -75,6 +75,12 @@ struct PairRoute: Sendable {
         guard let body = try? JSONValue.parse(request.body), let pairingToken = body["pairing_token"]?.string else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
+        // The link opened on the computer itself (the one printed at start, clicked in the terminal):
+        // this computer needs no pairing, and spending the link would leave the phone with a used one.
+        if policy.trustsLoopback && Self.isThisMachine(request.remoteAddress) {
+            return .error(409, code: "this_machine",
+                          message: "This computer needs no pairing: open the link on your phone, or scan its QR code.")
+        }
         // A phone that is paired already (the same code scanned twice, a link opened again) stays the
         // device it is: the link is left for the phone it was made for.
         if case .valid(let id) = policy.bearerCheck(request, devices: devices),
@@ -113,6 +119,14 @@ struct PairRoute: Sendable {
         } catch {
             return .error(503, code: "storage_unavailable", message: "The device could not be stored.")
         }
+    }
+
+    /// A peer that is this machine: loopback, or one of its own addresses (a browser here that opened
+    /// `https://192.168.1.20:…`; Linux drops a packet from outside that claims a local source address).
+    static func isThisMachine(_ peer: String) -> Bool {
+        if Loopback.contains(address: peer) { return true }
+        let address = ForwardedFor.canonical(peer)
+        return NetworkInterfaces.entries().contains { $0.address == address }
     }
 
     /// `GET /pairing`: the page asks where it stands, and whether it may offer "Pair a phone".
