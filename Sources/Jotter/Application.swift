@@ -74,7 +74,7 @@ public final class Application: Sendable {
         var devices: DeviceRegistry?
         let machineNames = configuration.lan ? NetworkInterfaces.hostNames() : []
         if configuration.lan {
-            let addresses = NetworkInterfaces.lanAddresses(host: configuration.http.host)
+            let addresses = configuration.lanAddresses ?? NetworkInterfaces.lanAddresses(host: configuration.http.host)
             let names = ["localhost"] + machineNames
             var trustAnchor: TrustAnchor?
             if !configuration.insecureHTTP {

@@ -14,6 +14,7 @@ import Testing
             $0.insecureHTTP = !https
             $0.lanTrustsLoopback = false
             $0.http.host = "127.0.0.1"
+            $0.lanAddresses = ["192.0.2.10"]  // what links name: a LAN address, as a machine on Wi-Fi has
         }
     }
 

@@ -25,6 +25,9 @@ public struct Configuration: Sendable {
     /// In LAN mode, requests from this machine itself need no device token (scripts keep using curl).
     /// Tests turn this off to exercise the token checks over loopback.
     public var lanTrustsLoopback = true
+    /// In LAN mode, the addresses pairing links name, instead of those found on the interfaces
+    /// (`NetworkInterfaces.lanAddresses(host:)`). Tests, whose servers listen on loopback, set one.
+    public var lanAddresses: [String]?
     /// Log level.
     public var logLevel: Logger.Level = .info
 
