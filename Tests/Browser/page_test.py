@@ -434,6 +434,33 @@ def scenario_undo(page, url, result):
     send_then_undo(page, memo, result)
 
 
+def scenario_undo_typing(page, url, result):
+    """Send, start the next memo, then press Undo: the memo taken back comes back, and the new text stays."""
+    load(page, url)
+    memo = "Sent by mistake %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("!document.getElementById('undo').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
+    page.type_text("Next thought")
+    if result["undo_shown"]:
+        page.click(*page.center_of("#undo"))
+    try:
+        page.wait_for("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo), timeout=10)
+    except cdp.CDPError:
+        pass
+    result["after"] = state(page)
+    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
 def scenario_undo_setting(page, url, result):
     """The server has no undo window: this device turns one on in Settings (keyboard only), sends, and
     takes the memo back."""
@@ -592,6 +619,7 @@ SCENARIOS = {
     "relay": scenario_relay,
     "share": scenario_share,
     "undo": scenario_undo,
+    "undo_typing": scenario_undo_typing,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
 }

@@ -291,6 +291,23 @@ struct BrowserTests {
         #expect(transport.messages.isEmpty, "never handed to the relay")
     }
 
+    @Test("Undo after the next memo was begun: the memo taken back returns, and what was typed since stays")
+    func undoKeepsWhatWasTypedSince() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport) { $0.undoMilliseconds = 30_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo_typing", server: server, maildir: false)
+        Self.expectClean(seen)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["undo_shown"].bool == true, "no Undo button")
+        #expect(seen["after"]["body"].string == memo + "\n\nNext thought", "\(seen["after"])")
+        #expect(seen["requests_after"].array.first?["status"].int == 200)
+        let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
+        #expect(try server.outbox.history.record(id: id)?.status == .cancelled)
+        #expect(transport.messages.isEmpty, "never handed to the relay")
+    }
+
     @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
     func undoSettingTurnsUndoOn() throws {
         let directory = TemporaryDirectory()

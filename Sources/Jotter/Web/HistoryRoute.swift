@@ -88,8 +88,8 @@ struct HistoryRoute: Sendable {
     }
 
     /// `GET /healthz`; `destination` (where memos go, no secrets) only for this machine's own page.
-    /// `DELETE /history/{id}`: takes a memo back inside its undo window (200 with its record), after
-    /// it `409 undo_window_closed`.
+    /// `DELETE /history/{id}`: takes a memo back inside its undo window (200 with its record, again for
+    /// a memo taken back before), after it `409 undo_window_closed`.
     func cancel(id given: String, respond: @escaping @Sendable (HTTPResponse) -> Void) {
         let id = given.lowercased()
         guard Self.isMessageID(id) else {
@@ -97,7 +97,9 @@ struct HistoryRoute: Sendable {
         }
         outbox.cancel(id: id) { result in
             switch result {
-            case .success(.cancelled): respond(one(id: id))
+            // Cancelled now, or before: a page whose first answer was lost asks again, and must learn
+            // that the memo is taken back (to put its text back in the page), not that it is too late.
+            case .success(.cancelled), .success(.tooLate(.cancelled)): respond(one(id: id))
             case .success(.notFound): respond(.error(404, code: "not_found", message: "No memo has this id."))
             case .success(.tooLate):
                 respond(.error(409, code: "undo_window_closed",
