@@ -461,6 +461,28 @@ def scenario_undo_typing(page, url, result):
     result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
 
 
+def scenario_too_large(page, url, result):
+    """A memo longer than the server takes: its text comes back into the page, which says why."""
+    load(page, url)
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    page.type_text("x")
+    page.evaluate("(t => { t.value = 'long '.repeat(60000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))")
+    result["length"] = page.evaluate("document.getElementById('body').value.length")
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("document.getElementById('state').textContent !== ''", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    result["body_length"] = page.evaluate("document.getElementById('body').value.length")
+    result["pending"] = page.evaluate("JSON.parse(localStorage.getItem('jotter.outbox') || '[]').length")
+    result["send_statuses"] = [r.get("status") for r in send_requests(page)]
+
+
 def scenario_undo_setting(page, url, result):
     """The server has no undo window: this device turns one on in Settings (keyboard only), sends, and
     takes the memo back."""
@@ -620,6 +642,7 @@ SCENARIOS = {
     "share": scenario_share,
     "undo": scenario_undo,
     "undo_typing": scenario_undo_typing,
+    "too_large": scenario_too_large,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
 }

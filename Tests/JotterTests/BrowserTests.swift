@@ -308,6 +308,20 @@ struct BrowserTests {
         #expect(transport.messages.isEmpty, "never handed to the relay")
     }
 
+    @Test("A memo longer than the server takes comes back into the page, which says why; nothing is left pending")
+    func aMemoTooLongComesBack() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("too_large", server: server, maildir: false)
+        Self.expectClean(seen, allowing: PhoneBrowserTests.refusals(["/send": [413]]))
+        #expect(seen["send_statuses"].array.map(\.int) == [413])
+        #expect(seen["body_length"].int == seen["length"].int, "the text is back whole")
+        #expect(seen["note"].string == (try Self.translations("en"))["state_too_large"], "\(seen["note"])")
+        #expect(seen["pending"].int == 0)
+        #expect(try server.outbox.history.acceptedCount() == 0)
+    }
+
     @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
     func undoSettingTurnsUndoOn() throws {
         let directory = TemporaryDirectory()
