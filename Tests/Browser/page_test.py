@@ -402,6 +402,25 @@ def scenario_share(page, url, result):
     result["send_requests"] = send_requests(page)
 
 
+def scenario_share_with_draft(page, url, result):
+    """A draft is waiting when something is shared into Jotter: both are in the page, the draft first."""
+    load(page, url)
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    page.type_text("Unsent draft")
+    result["draft"] = page.evaluate("localStorage.getItem('jotter.draft')")
+    load(page, url + "?text=Read%20this%20later")
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    result["after"] = page.evaluate(
+        "({subject: document.getElementById('subject').value, body: document.getElementById('body').value,"
+        " draft: localStorage.getItem('jotter.draft')})")
+
+
 def send_then_undo(page, memo, result):
     """Types and sends `memo`, presses Undo while it shows, and records what followed."""
     page.type_text(memo)
@@ -643,6 +662,7 @@ SCENARIOS = {
     "undo": scenario_undo,
     "undo_typing": scenario_undo_typing,
     "too_large": scenario_too_large,
+    "share_with_draft": scenario_share_with_draft,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
 }

@@ -322,6 +322,19 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == 0)
     }
 
+    @Test("Sharing into Jotter keeps the draft that was waiting: both are in the page, the draft first")
+    func sharingKeepsTheDraft() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("share_with_draft", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["draft"].string?.contains("Unsent draft") == true, "no draft saved: \(seen["draft"])")
+        #expect(seen["after"]["body"].string == "Unsent draft\n\nRead this later", "\(seen["after"])")
+        #expect(seen["after"]["draft"].string?.contains("Read this later") == true, "the merged text is the draft now")
+        #expect(try server.outbox.history.acceptedCount() == 0, "nothing sent by itself")
+    }
+
     @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
     func undoSettingTurnsUndoOn() throws {
         let directory = TemporaryDirectory()
