@@ -502,6 +502,30 @@ def scenario_too_large(page, url, result):
     result["send_statuses"] = [r.get("status") for r in send_requests(page)]
 
 
+def scenario_no_storage(page, url, result):
+    """Storage refuses every write (site data blocked, quota full): a memo still goes out, and the page
+    says it lives in this tab only until then."""
+    page.add_script_on_new_document(
+        "Storage.prototype.setItem = function () { throw new DOMException('full', 'QuotaExceededError'); };")
+    load(page, url)
+    try:
+        page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    except cdp.CDPError:
+        pass
+    page.type_text("Kept in memory")
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("document.getElementById('state').textContent !== ''", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    try:
+        page.wait_for("document.getElementById('pending').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["send_statuses"] = [r.get("status") for r in send_requests(page)]
+
+
 def scenario_undo_setting(page, url, result):
     """The server has no undo window: this device turns one on in Settings (keyboard only), sends, and
     takes the memo back."""
@@ -662,6 +686,7 @@ SCENARIOS = {
     "undo": scenario_undo,
     "undo_typing": scenario_undo_typing,
     "too_large": scenario_too_large,
+    "no_storage": scenario_no_storage,
     "share_with_draft": scenario_share_with_draft,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,

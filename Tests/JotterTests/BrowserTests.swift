@@ -335,6 +335,18 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == 0, "nothing sent by itself")
     }
 
+    @Test("Where the browser keeps nothing on the device, a memo still goes out and the page says it lives in the tab")
+    func withoutStorageThePageSaysSo() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("no_storage", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["note"].string == (try Self.translations("en"))["state_no_storage"], "\(seen["note"])")
+        #expect(seen["send_statuses"].array.map(\.int) == [204])
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
     @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
     func undoSettingTurnsUndoOn() throws {
         let directory = TemporaryDirectory()
