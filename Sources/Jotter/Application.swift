@@ -86,7 +86,7 @@ public final class Application: Sendable {
                                           certificate: tls.authority.certificateDER,
                                           mobileConfig: tls.authority.mobileConfig)
             }
-            let registry = try DeviceRegistry(outbox: outbox, clock: clock)
+            let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds)
             devices = registry
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: trustAnchor?.fingerprint, trustAnchor: trustAnchor,

@@ -531,6 +531,30 @@ def scenario_computer(tabs, args, result):
             screenshot(page, args, "computer-narrow-%s.png" % tag)
 
 
+def scenario_renewal(tabs, args, result):
+    """The computer's 'Pair a phone' left open past its link's life: the link on screen is renewed."""
+    page = tabs.open("computer", phone=False)
+    open_page(page, lang_url(args))
+    try:
+        page.wait_for("!document.getElementById('pair-open').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    page.click(*page.center_of("#pair-open"))
+    try:
+        page.wait_for("document.getElementById('pair-url').textContent !== ''", timeout=15)
+    except cdp.CDPError:
+        pass
+    first = page.evaluate("document.getElementById('pair-url').textContent")
+    result["first"] = first
+    try:
+        page.wait_for("document.getElementById('pair-url').textContent !== %s" % json.dumps(first), timeout=30)
+    except cdp.CDPError:
+        pass
+    result["renewed"] = page.evaluate("document.getElementById('pair-url').textContent")
+    result["open"] = page.evaluate("document.getElementById('pairing').open")
+    result["link_requests"] = statuses(requests_to(page, "POST", "/pair/link"))
+
+
 def qr_screenshot(page, args, name):
     """The QR code as the screen shows it, with a white margin around it (None without an SVG)."""
     box = page.evaluate("(s => s && (r => ({x: r.x + scrollX, y: r.y + scrollY, width: r.width,"
@@ -589,6 +613,7 @@ SCENARIOS = {
     "revoked": scenario_revoked,
     "new-tab": scenario_new_tab,
     "computer": scenario_computer,
+    "renewal": scenario_renewal,
     "local": scenario_local,
     "draft": scenario_draft,
 }

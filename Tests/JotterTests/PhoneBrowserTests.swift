@@ -316,6 +316,29 @@ struct PhoneBrowserTests {
         }
     }
 
+    @Test("'Pair a phone' left open past its link's life renews the link on screen")
+    func anOpenPairingDialogRenewsItsLink() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.lanAddresses = ["192.0.2.10"]
+            $0.pairingLinkMilliseconds = 5_000
+        }
+        defer { server.stop() }
+        let seen = try Self.drive("renewal", server: server)
+        BrowserTests.expectClean(seen)
+        let first = try #require(seen["first"].string), renewed = try #require(seen["renewed"].string)
+        #expect(first.contains("#pair=") && renewed.contains("#pair=") && first != renewed, "\(first) → \(renewed)")
+        #expect(seen["open"].bool == true)
+        #expect(seen["link_requests"].array.map(\.int).prefix(2) == [201, 201])
+        // The renewed link works on a phone.
+        let token = String(try #require(renewed.components(separatedBy: "#pair=").last))
+        let paired = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                      body: Array("{\"pairing_token\":\"\(token)\"}".utf8), from: "192.0.2.77")
+        #expect(paired.status == 201, "\(paired.text)")
+    }
+
     @Test("In local mode the page makes no pairing request, not even for a pairing link")
     func localModeMakesNoPairingRequest() throws {
         let directory = TemporaryDirectory()

@@ -28,6 +28,8 @@ public struct Configuration: Sendable {
     /// In LAN mode, the addresses pairing links name, instead of those found on the interfaces
     /// (`NetworkInterfaces.lanAddresses(host:)`). Tests, whose servers listen on loopback, set one.
     public var lanAddresses: [String]?
+    /// In LAN mode, how long a pairing link works, in milliseconds (10 minutes; tests shorten it).
+    public var pairingLinkMilliseconds: Int64 = DeviceRegistry.pairingLifetime
     /// Log level.
     public var logLevel: Logger.Level = .info
 

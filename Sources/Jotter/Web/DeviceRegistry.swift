@@ -66,17 +66,23 @@ public final class DeviceRegistry: Sendable {
     private let unwrittenSightings = Mutex<(seen: [String: Int64], since: Int64?)>(([:], nil))
 
     /// A registry over the `devices` and `pairing_tokens` tables, through the outbox's database queue.
-    public convenience init(outbox: Outbox, clock: any WallClock = SystemClock()) throws {
+    public convenience init(outbox: Outbox, clock: any WallClock = SystemClock(),
+                            linkLifetime: Int64 = DeviceRegistry.pairingLifetime) throws {
         self.init(database: outbox.database, hashingKey: try outbox.hashingKey(purpose: Self.hashingPurpose),
-                  clock: clock)
+                  clock: clock, linkLifetime: linkLifetime)
     }
 
     /// A registry over `database`; `hashingKey` is the outbox's key for `hashingPurpose`.
-    init(database: DatabaseQueue, hashingKey: SymmetricKey, clock: any WallClock) {
+    init(database: DatabaseQueue, hashingKey: SymmetricKey, clock: any WallClock,
+         linkLifetime: Int64 = DeviceRegistry.pairingLifetime) {
         self.database = database
         self.hashingKey = hashingKey
         self.clock = clock
+        self.linkLifetime = linkLifetime
     }
+
+    /// How long the links this registry issues work (`pairingLifetime`; tests make it short).
+    let linkLifetime: Int64
 
     private func hash(_ token: String) -> [UInt8] {
         HMAC.sha256(Array(token.utf8), key: hashingKey)
@@ -89,11 +95,12 @@ public final class DeviceRegistry: Sendable {
             .replacingLiterally("=", with: "")
     }
 
-    /// A new one-time pairing link secret, valid for 10 minutes. Any number may be live at once.
+    /// A new one-time pairing link secret, valid for `linkLifetime` (10 minutes). Any number may be live
+    /// at once.
     public func issuePairingToken() throws -> PairingToken {
         let token = try Self.newToken()
         let now = clock.nowMilliseconds()
-        let expiry = now + Self.pairingLifetime
+        let expiry = now + linkLifetime
         try database.write { database in
                 try database.run("DELETE FROM pairing_tokens WHERE expires_at < ?",
                                  [.integer(now - Self.pairingMemory)])
