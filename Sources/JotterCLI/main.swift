@@ -59,8 +59,9 @@ do {
     command = try CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst()), environment: environment,
                                            sourceRoot: #filePath)
 } catch {
-    write("jotter: \(error)\nTry 'jotter --help'.\n", to: 2)
-    exit(2)
+    let text = "\(error)"
+    write((text.hasPrefix("jotter ") ? text : "jotter: " + text) + "\nTry 'jotter --help'.\n", to: 2)
+    exit(64)  // EX_USAGE, as README says for jotter send
 }
 
 switch command {
@@ -73,8 +74,8 @@ case .send(let options):
     write(result.output, to: 1)
     write(result.error, to: 2)
     exit(result.status.rawValue)
-case .history(let url, let token, let limit):
-    let result = HistoryCommand.run(url: url, token: token, limit: limit)
+case .history(let url, let token, let limit, let caFile):
+    let result = HistoryCommand.run(url: url, token: token, limit: limit, caFile: caFile)
     write(result.output, to: 1)
     write(result.error, to: 2)
     exit(result.status.rawValue)

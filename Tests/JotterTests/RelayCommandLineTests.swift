@@ -157,4 +157,27 @@ import Testing
         #expect(RelayApplication.withRecipientPlaceholder("smtps://u:p%40ss@h:465") == "smtps://u:p%40ss@h:465")
         #expect(try RelayURL(RelayApplication.withRecipientPlaceholder("resend://re_x")).scheme == "resend")
     }
+
+    /// A flag wins over the environment, also over the other spelling of the same setting: the service
+    /// unit's --relay-file stands though JOTTER_RELAY is set in the session.
+    @Test func aFlagWinsOverEitherSpellingInTheEnvironment() throws {
+        let directory = TemporaryDirectory()
+        try "maildir:/from/file\n".write(toFile: directory.file("relay"), atomically: true, encoding: .utf8)
+        let serve = try CommandLineOptions.parse(["serve", "--relay-file", directory.file("relay")],
+                                                 environment: ["JOTTER_RELAY": "maildir:/from/env"], sourceRoot: #filePath)
+        guard case .serve(let configuration) = serve else { Issue.record("not serve"); return }
+        #expect(configuration.relay == "maildir:/from/file")
+        let direct = try CommandLineOptions.parse(["serve", "--relay", "maildir:/from/flag"],
+                                                  environment: ["JOTTER_RELAY_FILE": directory.file("relay")], sourceRoot: #filePath)
+        guard case .serve(let flagged) = direct else { Issue.record("not serve"); return }
+        #expect(flagged.relay == "maildir:/from/flag")
+        #expect(throws: CommandLineOptions.UsageError.self) {
+            try CommandLineOptions.parse(["serve", "--relay", "maildir:/a", "--relay-file", directory.file("relay")],
+                                         environment: [:], sourceRoot: #filePath)
+        }
+        let relay = try CommandLineOptions.parse(["relay", "--mail-file", directory.file("relay")],
+                                                 environment: ["JOTTER_RELAY_MAIL": "maildir:/from/env"], sourceRoot: #filePath)
+        guard case .relay(let relayConfiguration) = relay else { Issue.record("not relay"); return }
+        #expect(relayConfiguration.mail == "maildir:/from/file")
+    }
 }

@@ -73,6 +73,48 @@ import Testing
         #expect(try server.outbox.history.acceptedCount() == 0)
     }
 
+    /// Mistakes retrying cannot mend end at once, each with its own status and a plain reason.
+    @Test func mistakesEndAtOnceWithTheirOwnStatus() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+        // --url with the path of README's curl examples: not a server to wait for.
+        let wrongPath = try Self.jotter(["send", "--url", url + "/send", "hello"], timeout: 30)
+        #expect(wrongPath.status == 64, "\(wrongPath.error)")
+        #expect(wrongPath.error.contains("--url is the server's base"))
+        let history = try Self.jotter(["history", "--url", url + "/send"], timeout: 30)
+        #expect(history.status == 64, "\(history.error)")
+        // Bytes that are not text, and options that do not exist: usage errors (64), said once.
+        let binary = try Self.jotter(["send", "--url", url], input: [0xFF, 0xFE, 0x20, 0x62])
+        #expect(binary.status == 64 && binary.error.contains("not UTF-8"), "\(binary.error)")
+        let bogus = try Self.jotter(["send", "--bogus"])
+        #expect(bogus.status == 64, "\(bogus.error)")
+        #expect(bogus.error.hasPrefix("jotter send: unknown option --bogus"), "\(bogus.error)")
+        #expect(try server.outbox.history.acceptedCount() == 0)
+    }
+
+    /// A LAN server answers over HTTPS with a certificate of its own CA: `--ca` trusts it; without it
+    /// the command says what to do at once instead of waiting a minute for "no answer".
+    @Test func aLANServerIsReachedWithItsOwnCA() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.lanAddresses = []
+        }
+        defer { server.stop() }
+        let url = "https://127.0.0.1:\(server.port)"
+        let untrusted = try Self.jotter(["send", "--url", url, "--retry-for", "60", "hello"], timeout: 30)
+        #expect(untrusted.status == 77, "\(untrusted.error)")
+        #expect(untrusted.error.contains("--ca"), "\(untrusted.error)")
+        let ca = directory.file("data") + "/tls/ca.pem"
+        let sent = try Self.jotter(["send", "--url", url, "--ca", ca, "over TLS"])
+        #expect(sent.status == 0, "\(sent.error)")
+        let listed = try Self.jotter(["history", "--url", url, "--ca", ca])
+        #expect(listed.status == 0 && (listed.output.contains("queued") || listed.output.contains("sent")), "\(listed.output)")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
     /// The server restarts while `jotter send` is trying: the client keeps trying with the same
     /// Idempotency-Key, and the memo arrives exactly once.
     @Test func aRestartDuringTheRetryLoopLosesNothingAndSendsOnce() throws {

@@ -1,17 +1,22 @@
 /// `jotter history [-n N]`: the latest memos' delivery status as a table.
 public enum HistoryCommand {
     /// Fetches and formats; the status is 0, or `SendCommand.Status`'s meaning for what went wrong.
-    public static func run(url: String, token: String?, limit: Int) -> SendCommand.Result {
-        let client = ServerClient(baseURL: SendCommand.trimmed(url), token: token, timeoutSeconds: 10)
+    public static func run(url: String, token: String?, limit: Int, caFile: String? = nil) -> SendCommand.Result {
+        let client = ServerClient(baseURL: SendCommand.trimmed(url), token: token, timeoutSeconds: 10, caFile: caFile)
         let response: ServerClient.Response
         do {
             response = try client.request("GET", "/history?limit=\(limit)", headers: ["Accept: application/json"])
         } catch {
+            if let failure = error as? ServerClient.Unreachable, failure.isCertificateProblem {
+                return SendCommand.Result(status: .notAllowed, output: "",
+                                          error: SendCommand.certificateAdvice("jotter history", url, outcome: ""))
+            }
             return SendCommand.Result(status: .unreachable, output: "",
                                       error: "jotter history: no answer from \(SendCommand.trimmed(url))\n")
         }
         guard response.status == 200, case .array(let entries)? = try? JSONValue.parse(response.body) else {
-            let status: SendCommand.Status = [401, 403].contains(response.status) ? .notAllowed : .temporary
+            let status: SendCommand.Status = [401, 403].contains(response.status) ? .notAllowed
+                : [404, 405].contains(response.status) ? .usage : .temporary
             return SendCommand.Result(status: status, output: "",
                                       error: "jotter history: \(response.status) \(response.errorCode ?? "")\n")
         }

@@ -17,7 +17,13 @@ public enum SendCommand {
         public var json = false
         /// How long to keep retrying, seconds.
         public var retryFor = 60
+        /// The CA that signed an `https://` server's certificate (`--ca`; a LAN server's `DATA_DIR/tls/ca.pem`).
+        public var caFile: String?
     }
+
+    /// The most a memo read from a file or standard input may be before it is refused here (the server's
+    /// own limit is far smaller): a runaway pipe is not read into memory until the process dies.
+    public static let maxInputBytes = 64 * 1024 * 1024
 
     /// Exit statuses (sysexits.h), each a different reason a script may act on.
     public enum Status: Int32, Sendable {
@@ -53,12 +59,19 @@ public enum SendCommand {
         if let text = options.text {
             body = text
         } else if let file = options.file {
-            guard let bytes = try? FileIO.read(path: file, limit: 64 * 1024 * 1024),
+            guard let bytes = try? FileIO.read(path: file, limit: maxInputBytes),
                   let text = String(validating: bytes, as: UTF8.self) else {
                 return Result(status: .usage, output: "", error: "jotter send: cannot read \(file) as UTF-8 text\n")
             }
             body = text
-        } else if let bytes = readInput(), !bytes.isEmpty, let text = String(validating: bytes, as: UTF8.self) {
+        } else if let bytes = readInput(), !bytes.isEmpty {
+            guard bytes.count <= maxInputBytes else {
+                return Result(status: .refused, output: "",
+                              error: "jotter send: standard input is over \(maxInputBytes / 1024 / 1024) MiB; nothing was sent\n")
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                return Result(status: .usage, output: "", error: "jotter send: standard input is not UTF-8 text\n")
+            }
             body = text
         } else {
             return Result(status: .usage, output: "",
@@ -73,7 +86,7 @@ public enum SendCommand {
         do { key = try SecureRandom.uuid() } catch {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
-        let client = ServerClient(baseURL: trimmed(options.url), token: options.token)
+        let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
         let deadline = now() + Double(options.retryFor)
         var wait = 0.5
         var last = "no answer"
@@ -96,12 +109,23 @@ public enum SendCommand {
                     return Result(status: .notAllowed, output: "",
                                   error: "jotter send: not allowed (\(response.status) \(response.errorCode ?? "")): "
                                     + (response.errorMessage ?? "") + "\n")
+                case 404, 405:
+                    // Not a Jotter at this URL (often its path: --url is the server's base, not …/send).
+                    return Result(status: .usage, output: "",
+                                  error: "jotter send: no Jotter at \(trimmed(options.url)) (\(response.status)); "
+                                    + "--url is the server's base, like http://127.0.0.1:7373\n")
+                case 400..<500 where response.status != 408 && response.status != 425 && response.status != 429:
+                    return Result(status: .refused, output: "",
+                                  error: "jotter send: refused (\(response.status) \(response.errorCode ?? ""))\n")
                 default:
                     lastStatus = .temporary
                     last = "\(response.status) \(response.errorCode ?? "")"
                     if let retryAfter = response.header("Retry-After").flatMap(Double.init) { wait = max(wait, retryAfter) }
                 }
             } catch {
+                if let failure = error as? ServerClient.Unreachable, failure.isCertificateProblem {
+                    return Result(status: .notAllowed, output: "", error: Self.certificateAdvice("jotter send", options.url))
+                }
                 lastStatus = .unreachable
                 last = "no answer from \(trimmed(options.url))"
             }
@@ -112,6 +136,12 @@ public enum SendCommand {
         }
         return Result(status: lastStatus, output: "",
                       error: "jotter send: gave up after \(options.retryFor) s (\(last)); nothing was sent\n")
+    }
+
+    /// What to do when the server's certificate is not trusted: a LAN server signs its own.
+    static func certificateAdvice(_ command: String, _ url: String, outcome: String = "; nothing was sent") -> String {
+        "\(command): the server at \(trimmed(url)) answered with a certificate this machine does not trust; "
+            + "for a Jotter in LAN mode pass --ca DATA_DIR/tls/ca.pem (its own CA)\(outcome)\n"
     }
 
     static func trimmed(_ url: String) -> String {

@@ -22,11 +22,19 @@ struct ServerClient {
     /// Why no answer came at all (the server is not running, or went away mid-request).
     struct Unreachable: Error {
         var code: Int32
+
+        /// The server answered but its certificate was not trusted (a LAN server's own CA, say).
+        var isCertificateProblem: Bool {
+            [CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM]
+                .map { Int32($0.rawValue) }.contains(code)
+        }
     }
 
     let baseURL: String
     let token: String?
     var timeoutSeconds = 30
+    /// The CA to verify an `https://` server with (a LAN server's `DATA_DIR/tls/ca.pem`), else the system's.
+    var caFile: String?
 
     /// `METHOD baseURL+path` with `body` and `headers`; throws `Unreachable` when no answer came.
     func request(_ method: String, _ path: String, headers: [String] = [], body: [UInt8]? = nil) throws -> Response {
@@ -40,6 +48,7 @@ struct ServerClient {
             try handle.set(CURLOPT_CONNECTTIMEOUT, 5)
             try handle.set(CURLOPT_TIMEOUT, timeoutSeconds)
             try handle.set(CURLOPT_CUSTOMREQUEST, method)
+            if let caFile { try handle.set(CURLOPT_CAINFO, caFile) }
             if let body {
                 try handle.set(CURLOPT_POST, 1)
                 try handle.set(CURLOPT_POSTFIELDSIZE, body.count)

@@ -17,7 +17,7 @@ public enum CommandLineOptions {
         /// Send one memo to a running server.
         case send(SendCommand.Options)
         /// Print the latest memos' statuses.
-        case history(url: String, token: String?, limit: Int)
+        case history(url: String, token: String?, limit: Int, caFile: String?)
         /// Install, remove, show or print the systemd user unit for `serve` with this configuration.
         case service(ServiceCommand.Action, Configuration)
         /// Run a relay with this configuration.
@@ -45,10 +45,11 @@ public enum CommandLineOptions {
                                      LAN-mode server (10 minutes; any number may be issued)
           jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID]
                                      the phones paired in LAN mode; rename one, or revoke its token
-          jotter send [-s SUBJECT] [-f FILE] [--url URL] [--quiet|--json] [TEXT…]
+          jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--ca FILE] [--retry-for S]
+                      [--quiet|--json] [TEXT…]
                                      send a memo to the running server (stdin when no TEXT/FILE);
                                      retries while it restarts, never twice; exit 0 only when accepted
-          jotter history [-n N] [--url URL]
+          jotter history [-n N] [--url URL] [--token T] [--ca FILE]
                                      the latest memos and their delivery status
           jotter service install|uninstall|status|--print [serve options]
                                      run 'jotter serve' as a systemd user service, started at login
@@ -187,6 +188,7 @@ public enum CommandLineOptions {
             allowedHosts = hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ") }.map(String.init)
         }
         var lan = environment["JOTTER_LAN"] == "1", insecureHTTP = false
+        var onCommandLine: Set<String> = []
         while let argument = arguments.popFirst() {
             if argument == "-h" || argument == "--help" { return .help(serveHelp) }
             if argument == "--lan" {
@@ -202,7 +204,14 @@ public enum CommandLineOptions {
                 allowedHosts.append(given)
             } else {
                 values[name] = given
+                onCommandLine.insert(name)
             }
+        }
+        // A flag wins over the environment, also over the other spelling of the same setting: --relay
+        // over JOTTER_RELAY_FILE, --relay-file over JOTTER_RELAY.
+        for (flag, other) in [("--relay", "--relay-file"), ("--relay-file", "--relay")]
+        where onCommandLine.contains(flag) && !onCommandLine.contains(other) {
+            values[other] = nil
         }
 
         let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
@@ -301,6 +310,7 @@ public enum CommandLineOptions {
             case "-f", "--file": options.file = try value(argument)
             case "--url": options.url = try value(argument)
             case "--token": options.token = try value(argument)
+            case "--ca": options.caFile = try value(argument)
             case "--retry-for":
                 guard let seconds = Int(try value(argument)), (0...86_400).contains(seconds) else {
                     throw UsageError(description: "--retry-for must be a number of seconds from 0 to 86400")
@@ -321,7 +331,20 @@ public enum CommandLineOptions {
             guard options.file == nil else { throw UsageError(description: "give the memo as TEXT or -f FILE, not both") }
             options.text = words.joined(separator: " ")
         }
+        options.caFile = options.caFile ?? defaultCA(url: options.url, environment: environment)
         return .send(options)
+    }
+
+    /// The CA for `jotter send`/`history` when `--ca` is not given: `JOTTER_CA`, else, for an `https://`
+    /// server on this machine, the default data directory's own (`tls/ca.pem`, as `serve --lan` makes it).
+    /// A remote server keeps the system's trust.
+    static func defaultCA(url: String, environment: [String: String]) -> String? {
+        if let given = environment["JOTTER_CA"], !given.isEmpty { return given }
+        guard url.lowercased().hasPrefix("https://"), let host = URLParts(url)?.host, Loopback.contains(host: host) else {
+            return nil
+        }
+        let path = Configuration.defaultDataDirectory(environment: environment) + "/tls/ca.pem"
+        return access(path, R_OK) == 0 ? path : nil
     }
 
     /// `jotter history [-n N] [--url URL] [--token T]`.
@@ -330,6 +353,7 @@ public enum CommandLineOptions {
         var url = SendCommand.defaultURL(environment: environment)
         var token = environment["JOTTER_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         var limit = 20
+        var caFile: String?
         while let argument = arguments.popFirst() {
             switch argument {
             case "-n":
@@ -343,11 +367,14 @@ public enum CommandLineOptions {
             case "--token":
                 guard let value = arguments.popFirst() else { throw UsageError(description: "--token needs a value") }
                 token = value
+            case "--ca":
+                guard let value = arguments.popFirst() else { throw UsageError(description: "--ca needs a value") }
+                caFile = value
             case "-h", "--help": return .help(help)
             default: throw UsageError(description: "jotter history: unknown argument \(argument.prefix(40))")
             }
         }
-        return .history(url: url, token: token, limit: limit)
+        return .history(url: url, token: token, limit: limit, caFile: caFile ?? defaultCA(url: url, environment: environment))
     }
 
     /// The HTTP edge's limits: body memory, deadlines, connections per client.

@@ -87,7 +87,7 @@ public enum RelayCommandLine {
             let (directory, store) = try inviteOptions(arguments, environment: environment)
             return .relayInvite(dataDirectory: directory, store: store)
         }
-        var values: [String: String] = [:]
+        var values: [String: String] = [:], onCommandLine: Set<String> = []
         for (flag, variable) in flags {
             if let value = environment[variable], !value.isEmpty { values[flag] = value }
         }
@@ -96,6 +96,12 @@ public enum RelayCommandLine {
             let (name, given) = try CommandLineOptions.flagValue(argument, rest: &arguments, known: flags,
                                                                  unknown: "unknown relay option")
             values[name] = given
+            onCommandLine.insert(name)
+        }
+        // A flag wins over the environment, also over the other spelling: --mail over JOTTER_RELAY_MAIL_FILE.
+        for (flag, other) in [("--mail", "--mail-file"), ("--mail-file", "--mail")]
+        where onCommandLine.contains(flag) && !onCommandLine.contains(other) {
+            values[other] = nil
         }
         return .relay(try configuration(values, environment: environment))
     }
