@@ -493,6 +493,22 @@ enum Drip {
 }
 
 @Suite struct DevicesCommandTests {
+    /// After an interrupted `jotter rekey`, `jotter devices` says what `serve` says: run rekey again (not
+    /// "restore the key", which would be wrong advice).
+    @Test func anInterruptedRekeyIsNamed() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        do {
+            let server = try TestServer(dataDirectory: data)
+            server.stop()
+        }
+        #expect(FileManager.default.createFile(atPath: data + "/key.new", contents: Data(count: 32)))
+        let error = try #require(throws: Application.StartFailure.self) {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .list)
+        }
+        #expect("\(error)".contains("jotter rekey"), "\(error)")
+    }
+
     @Test func listsAndRevokesPairedDevices() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")

@@ -108,4 +108,57 @@ import Testing
         }
         #expect(error.description.contains("loginctl enable-linger"))
     }
+
+    /// Without a user session systemctl cannot stop or tell: uninstall and status say so and fail,
+    /// instead of "stopped" while the server still holds its port.
+    @Test func uninstallAndStatusDoNotClaimWhatSystemctlCouldNotDo() throws {
+        let directory = TemporaryDirectory()
+        let environment = ["XDG_CONFIG_HOME": directory.file("config"), "HOME": directory.path]
+        let configuration = try Self.configuration(["--data-dir", directory.file("data")])
+        _ = try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: environment) { _ in (0, "") }
+        let noBus: ([String]) -> (status: Int32, output: String) = { _ in (1, "Failed to connect to bus: No medium found\n") }
+        let status = try #require(throws: CommandLineOptions.UsageError.self) {
+            try ServiceCommand.run(.status, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: environment, systemctl: noBus)
+        }
+        #expect(status.description.contains("cannot tell"))
+        let inactive = try ServiceCommand.run(.status, binary: "/usr/bin/jotter", configuration: configuration,
+                                              environment: environment) { (3, $0[0] == "is-active" ? "inactive\n" : "enabled\n") }
+        #expect(inactive.contains("inactive, enabled at login"))
+        let uninstall = try #require(throws: CommandLineOptions.UsageError.self) {
+            try ServiceCommand.run(.uninstall, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: environment, systemctl: noBus)
+        }
+        #expect(uninstall.description.contains("may still run"))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("config/systemd/user/jotter.service")))
+    }
+
+    /// A relay file that existed readable to all becomes 0600 before the secret is written into it.
+    @Test func anExistingRelayFileIsMadePrivate() throws {
+        let directory = TemporaryDirectory()
+        try FileManager.default.createDirectory(atPath: directory.file("data"), withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: directory.file("data/relay"), contents: Data("old\n".utf8),
+                                               attributes: [.posixPermissions: 0o644]))
+        let configuration = try Self.configuration(["--data-dir", directory.file("data"),
+                                                    "--relay", "smtps://u:S3cret@smtp.example.com:465?to=a@example.com"])
+        _ = try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: ["XDG_CONFIG_HOME": directory.file("config")]) { _ in (0, "") }
+        let mode = try FileManager.default.attributesOfItem(atPath: directory.file("data/relay"))[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+    }
+
+    /// A relative Maildir or vault path is made absolute for the service, which runs from no particular
+    /// directory and may write only to the paths its unit names.
+    @Test func aRelativeDeliveryPathIsMadeAbsolute() throws {
+        let directory = TemporaryDirectory()
+        let configuration = try Self.configuration(["--data-dir", directory.path, "--relay", "markdown:vault/inbox?x=1"])
+        let cwd = FileManager.default.currentDirectoryPath
+        #expect(configuration.relay == "markdown:\(cwd)/vault/inbox?x=1")
+        #expect(CommandLineOptions.absoluteRelayPath("maildir:/srv/mail") == "maildir:/srv/mail")
+        #expect(CommandLineOptions.absoluteRelayPath("sendmail:") == "sendmail:")
+        #expect(CommandLineOptions.absoluteRelayPath("smtp://h:587") == "smtp://h:587")
+        let unit = ServiceCommand.unit(binary: "/usr/bin/jotter", configuration: configuration, relayFile: directory.file("relay"))
+        #expect(unit.contains("ReadWritePaths=\(directory.path) \(cwd)/vault/inbox"), "\(unit)")
+    }
 }

@@ -159,6 +159,7 @@ public enum CommandLineOptions {
             // A service runs from no particular directory: every path absolute.
             configuration.dataDirectory = absolute(configuration.dataDirectory)
             configuration.publicDirectory = absolute(configuration.publicDirectory)
+            configuration.relay = configuration.relay.map(absoluteRelayPath)
             return .service(action, configuration)
         case "history": return try parseHistory(arguments, environment: environment)
         case "relay": return try RelayCommandLine.parse(arguments, environment: environment)
@@ -292,6 +293,18 @@ public enum CommandLineOptions {
             configuration.logLevel = parsed
         }
         return .serve(configuration)
+    }
+
+    /// A relay URL whose path is a local one (`maildir:`, `markdown:`, `sendmail:`) with that path
+    /// absolute: a service runs from no particular directory (and may write only where its unit says).
+    static func absoluteRelayPath(_ relay: String) -> String {
+        for scheme in ["maildir:", "markdown:", "sendmail:"] where relay.hasPrefix(scheme) {
+            let rest = relay.dropFirst(scheme.count)
+            let path = rest.prefix { $0 != "?" }
+            guard !path.isEmpty, !path.hasPrefix("/") else { return relay }
+            return scheme + absolute(String(path)) + rest.dropFirst(path.count)
+        }
+        return relay
     }
 
     /// `jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--retry-for S] [--quiet|--json] [TEXT…]`.

@@ -46,6 +46,9 @@ public enum DevicesCommand {
         guard access(directory + "/jotter.db", F_OK) == 0 else {
             throw CommandLineOptions.UsageError(description: "no Jotter data in \(directory) (see --data-dir)")
         }
+        if access(directory + "/key.new", F_OK) == 0 {
+            throw Application.StartFailure.interruptedRekey(path: directory + "/key.new")
+        }
         // Opening the outbox applies migrations; the registry then shares the database file.
         let key = try KeyStore.load(path: directory + "/key",
                                     credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },

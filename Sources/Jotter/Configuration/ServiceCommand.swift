@@ -143,17 +143,28 @@ public enum ServiceCommand {
             }
             return "Installed \(unitPath) and started it; it starts at login. 'jotter service status' shows it."
         case .uninstall:
-            _ = systemctl(["disable", "--now", unitName])
+            let disabled = systemctl(["disable", "--now", unitName])
             guard unlink(unitPath) == 0 || errno == ENOENT else {
                 throw CommandLineOptions.UsageError(description: "cannot remove \(unitPath): \(String(cString: strerror(errno)))")
             }
             _ = systemctl(["daemon-reload"])
+            guard disabled.status == 0 else {
+                // Removed, but not stopped: say so, or the port stays taken by a server the user thinks gone.
+                throw CommandLineOptions.UsageError(description: "removed \(unitPath), but 'systemctl --user disable --now "
+                    + "\(unitName)' failed, so a running server may still run (is there a user session?): "
+                    + disabled.output.trimmingWhitespaceAndNewlines().prefix(300))
+            }
             return "Stopped and removed \(unitName). Memos and the key stay in the data directory."
         case .status:
             guard access(unitPath, F_OK) == 0 else { return "Not installed ('jotter service install' installs it)." }
             let active = systemctl(["is-active", unitName]).output.trimmingWhitespaceAndNewlines()
             let enabled = systemctl(["is-enabled", unitName]).output.trimmingWhitespaceAndNewlines()
-            return "\(unitPath): \(active.isEmpty ? "unknown" : active), \(enabled.isEmpty ? "unknown" : enabled) at login."
+            // systemctl answers each with one word; anything else is why it could not tell.
+            for answer in [active, enabled] where answer.isEmpty || answer.contains(" ") {
+                throw CommandLineOptions.UsageError(description: "cannot tell how \(unitName) stands: "
+                    + (answer.isEmpty ? "systemctl said nothing" : String(answer.prefix(300))))
+            }
+            return "\(unitPath): \(active), \(enabled) at login."
         }
     }
 

@@ -58,6 +58,9 @@ enum FileIO {
         let fd = open(path, O_WRONLY | O_CLOEXEC | flags, mode)
         guard fd >= 0 else { throw .current }
         defer { close(fd) }
+        // A file that existed keeps its old mode through O_CREAT: a secret written over a 0644 file
+        // would stay readable to all. Set it before a byte is written.
+        guard fchmod(fd, mode) == 0 else { throw .current }
         try write(fd, bytes)
         guard fsync(fd) == 0 else { throw .current }
     }
