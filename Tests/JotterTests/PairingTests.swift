@@ -309,6 +309,20 @@ import Testing
 }
 
 @Suite struct PairCommandTests {
+    @Test("jotter pair fails, and says why, when the server has no address a phone could reach")
+    func pairWithoutALANAddressFails() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.lanAddresses = []
+        }
+        defer { server.stop() }
+        let printed = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", directory.file("data")])
+        #expect(printed.status != 0)
+        #expect(printed.standardError.contains("no LAN address"), "\(printed.standardError)")
+    }
+
     @Test("jotter pair prints a fresh link that the running server accepts; without a server it says so")
     func pairAgainstARunningServer() throws {
         let directory = TemporaryDirectory()
@@ -317,19 +331,15 @@ import Testing
         let printed = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
         #expect(printed.status == 0, "\(printed.standardError)")
         let output = printed.standardOutput
-        if server.application.lanInfo?.addresses.isEmpty == false {
-            let range = try #require(output.range(of: #"#pair=[A-Za-z0-9_-]+"#, options: .regularExpression),
-                                     "no link in: \(output)")
-            let token = String(output[range].dropFirst(6))
-            #expect(token != server.application.lanInfo?.pairingToken, "a fresh token, not the one printed at start")
-            #expect(output.contains(":\(server.port)/#pair="))
-            let paired = try PairingTests.pair(server, token)
-            #expect(paired.status == 201, "the running server accepts a link from jotter pair: \(paired.text)")
-            let second = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
-            #expect(second.status == 0 && second.standardOutput != output, "each run prints a new link")
-        } else {
-            #expect(output.contains("No LAN address"))
-        }
+        let range = try #require(output.range(of: #"#pair=[A-Za-z0-9_-]+"#, options: .regularExpression),
+                                 "no link in: \(output)")
+        let token = String(output[range].dropFirst(6))
+        #expect(token != server.application.lanInfo?.pairingToken, "a fresh token, not the one printed at start")
+        #expect(output.contains(":\(server.port)/#pair="))
+        let paired = try PairingTests.pair(server, token)
+        #expect(paired.status == 201, "the running server accepts a link from jotter pair: \(paired.text)")
+        let second = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
+        #expect(second.status == 0 && second.standardOutput != output, "each run prints a new link")
 
         // Rename the device from the command line while the server runs.
         if let id = try server.application.devices?.list().first?.id {

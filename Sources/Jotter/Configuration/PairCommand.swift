@@ -15,6 +15,11 @@ public enum PairCommand {
         guard let lan = LANRuntimeFile.read(dataDirectory: dataDirectory, token: token.token) else {
             throw CommandLineOptions.UsageError(description: "the server in \(dataDirectory) stopped")
         }
+        // No link to print is a failure for a script, not a success with a remark.
+        guard !lan.pairingURLs.isEmpty else {
+            throw CommandLineOptions.UsageError(description: "the server has no LAN address a phone could reach "
+                + "(is this machine on a network? with --host, is it a LAN address?)")
+        }
         return LANBanner.text(lan)
     }
 }
