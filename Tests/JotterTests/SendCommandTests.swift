@@ -80,10 +80,10 @@ import Testing
         defer { server.stop() }
         let url = "http://127.0.0.1:\(server.port)"
         // --url with the path of README's curl examples: not a server to wait for.
-        let wrongPath = try Self.jotter(["send", "--url", url + "/send", "hello"], timeout: 30)
+        let wrongPath = try Self.jotter(["send", "--url=" + url + "/send", "hello"], timeout: 30)
         #expect(wrongPath.status == 64, "\(wrongPath.error)")
         #expect(wrongPath.error.contains("--url is the server's base"))
-        let history = try Self.jotter(["history", "--url", url + "/send"], timeout: 30)
+        let history = try Self.jotter(["history", "--url=" + url + "/send"], timeout: 30)
         #expect(history.status == 64, "\(history.error)")
         // Bytes that are not text, and options that do not exist: usage errors (64), said once.
         let binary = try Self.jotter(["send", "--url", url], input: [0xFF, 0xFE, 0x20, 0x62])

@@ -295,6 +295,22 @@ public enum CommandLineOptions {
         return .serve(configuration)
     }
 
+    /// `--flag=value` as `--flag value` (as `serve` takes it), up to a lone `--`, after which words are text.
+    static func splittingEquals(_ arguments: ArraySlice<String>) -> ArraySlice<String> {
+        var out: [String] = []
+        var rest = arguments
+        while let argument = rest.popFirst() {
+            if argument == "--" { out.append(argument); out.append(contentsOf: rest); break }
+            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                out.append(String(argument[..<equals]))
+                out.append(String(argument[argument.index(after: equals)...]))
+            } else {
+                out.append(argument)
+            }
+        }
+        return out[...]
+    }
+
     /// A relay URL whose path is a local one (`maildir:`, `markdown:`, `sendmail:`) with that path
     /// absolute: a service runs from no particular directory (and may write only where its unit says).
     static func absoluteRelayPath(_ relay: String) -> String {
@@ -317,6 +333,7 @@ public enum CommandLineOptions {
             guard let value = arguments.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
             return value
         }
+        arguments = splittingEquals(arguments)
         while let argument = arguments.popFirst() {
             switch argument {
             case "-s", "--subject": options.subject = try value(argument)
@@ -367,6 +384,7 @@ public enum CommandLineOptions {
         var token = environment["JOTTER_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
         var limit = 20
         var caFile: String?
+        arguments = splittingEquals(arguments)
         while let argument = arguments.popFirst() {
             switch argument {
             case "-n":
