@@ -1200,7 +1200,7 @@ extension LiveServerTests {
         func badCommandLineExitsNonZeroWithAMessage(arguments: [String]) throws {
             let result = try Self.run(arguments)
             #expect(result.reason == .exit)
-            #expect(result.status == 2)
+            #expect(result.status == 64, "EX_USAGE, as for jotter send")
             #expect(result.standardError.hasPrefix("jotter: "), "\(result.standardError)")
             #expect(!result.standardOutput.contains("Listening"))
         }
