@@ -464,6 +464,9 @@ import Testing
                        Entry(interface: "enp0s25", address: "10.0.0.5", running: true)]
         #expect(NetworkInterfaces.ranked(entries, host: "10.0.0.5") == ["10.0.0.5"])
         #expect(NetworkInterfaces.ranked(entries, host: "127.0.0.1").isEmpty)
+        #expect(NetworkInterfaces.ranked(entries, host: "localhost").isEmpty)
+        #expect(NetworkInterfaces.ranked(entries, host: "::1").isEmpty)
+        #expect(NetworkInterfaces.ranked(entries, host: "::") == ["192.168.1.20", "10.0.0.5"])
         #expect(NetworkInterfaces.ranked(entries, host: "0.0.0.0") == ["192.168.1.20", "10.0.0.5"])
     }
 

@@ -21,10 +21,12 @@ enum NetworkInterfaces {
     /// as no phone reaches those; and an interface without a link (a cable unplugged) last. The order
     /// `getifaddrs` gave stays within each rank.
     static func ranked(_ entries: [Entry], host: String) -> [String] {
-        var v4 = in_addr()
+        var v4 = in_addr(), v6 = in6_addr()
         if host != "0.0.0.0", inet_pton(AF_INET, host, &v4) == 1 {
             return Loopback.contains(address: host) ? [] : [host]
         }
+        if Loopback.contains(host: host) { return [] }  // localhost, ::1
+        if host != "::", inet_pton(AF_INET6, host, &v6) == 1 { return [] }  // one IPv6 address: no IPv4 link reaches it
         func rank(_ entry: Entry) -> Int {
             (entry.running ? 0 : 4) + (isVirtual(entry.interface) ? 2 : 0) + (isPrivate(entry.address) ? 0 : 1)
         }
