@@ -39,6 +39,23 @@ import Testing
         #expect(try relay.messages.record(id: waiting.id) != nil, "a message on its way is never forgotten")
     }
 
+    /// The relay keeps a message's text only until it is delivered: no subject is kept on its own for a
+    /// history (a subject is often the memo's first line; a code mail's holds the code).
+    @Test(arguments: RelayStoreKind.available)
+    func nothingOfAMessagesTextOutlivesItsDelivery(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        let sent = try relay.send(device.secret, to: "me@example.com", subject: "First line of a memo", body: "private")
+        let id = try #require((sent.json as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(device.secret, of: id) == "sent" })
+        #expect(try store.messagesHoldingText(on: relay) == 0, "the code mail and the memo, once delivered")
+    }
+
     /// Open registration lets anyone make devices: one that never verifies an address (or drops its
     /// last one) is forgotten a week after it registered, once no address it asked for is younger
     /// than a week or has a live code; one that is revoked, after the message retention. A verified

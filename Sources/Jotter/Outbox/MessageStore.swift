@@ -4,6 +4,9 @@
 struct MessageStore: Sendable {
     let sealer: Sealer
     let hashingKey: SymmetricKey
+    /// Whether each memo's subject is also kept on its own, for the history, past delivery. The Jotter
+    /// relay's outbox keeps none: it keeps a message only until it is delivered, and shows no history.
+    var recordsSubjects = true
 
     // MARK: Accept
 
@@ -12,7 +15,7 @@ struct MessageStore: Sendable {
         var id: String
         var createdAt: Int64
         var sealedPayload: [UInt8]
-        var sealedSubject: [UInt8]
+        var sealedSubject: [UInt8]?
         var lifecycle: DeliveryLifecycle
         /// The keyed hash of the draft's `Idempotency-Key`, if it has one.
         var idempotencyHash: [UInt8]?
@@ -44,8 +47,9 @@ struct MessageStore: Sendable {
         return Prepared(id: id, createdAt: now,
                         sealedPayload: try sealer.seal(content.encoded(), .payload, id: id,
                                                        nonce: Array(random[10..<(10 + nonce)])),
-                        sealedSubject: try sealer.seal(Array(content.subject.utf8), .subject, id: id,
-                                                       nonce: Array(random[(10 + nonce)...])),
+                        sealedSubject: recordsSubjects
+                            ? try sealer.seal(Array(content.subject.utf8), .subject, id: id,
+                                              nonce: Array(random[(10 + nonce)...])) : nil,
                         lifecycle: .accepted(now: now, undoMilliseconds: draft.undoMilliseconds),
                         idempotencyHash: hashes?.idempotency, payloadHash: hashes?.payload ?? [])
     }
@@ -70,7 +74,7 @@ struct MessageStore: Sendable {
         }
         let memo = try prepare(draft, now: now, hashes: hashes)
         try database.run(Self.insertQuery, [
-            .text(memo.id), .integer(now), .blob(memo.sealedPayload), .blob(memo.sealedSubject),
+            .text(memo.id), .integer(now), .blob(memo.sealedPayload), memo.sealedSubject.map { .blob($0) } ?? .null,
             .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
             Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .blob($0) } ?? .null,
             .blob(memo.payloadHash),

@@ -65,11 +65,11 @@ public final class Outbox: MessageOutbox {
 
     /// Opens (creating and migrating) the outbox database at `path`, sealing with `key`.
     public init(path: String, key: SymmetricKey, clock: any WallClock = SystemClock(),
-                logger: Logger = Logger(label: "outbox")) throws {
+                logger: Logger = Logger(label: "outbox"), recordsSubjects: Bool = true) throws {
         let database = try DatabaseQueue(path: path)
         let sealer = try Sealer(dataKey: key)
         let hashingKey = try SettingsStore.hashingSecret(database, sealer: sealer)
-        let store = MessageStore(sealer: sealer, hashingKey: hashingKey)
+        let store = MessageStore(sealer: sealer, hashingKey: hashingKey, recordsSubjects: recordsSubjects)
         self.database = database
         self.store = store
         self.hashingKey = hashingKey

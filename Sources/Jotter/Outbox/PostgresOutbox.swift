@@ -33,12 +33,13 @@ public final class PostgresOutbox: MessageOutbox {
     /// makes) the hashing secret. Throws `Outbox.OpenError.keyNotShared` if `key` (read from `keyPath`)
     /// does not open it. `listening: false` for a command that only writes (no wake-ups, no thread).
     public init(url: String, key: SymmetricKey, keyPath: String, listening: Bool = true,
-                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "outbox")) throws {
+                clock: any WallClock = SystemClock(), logger: Logger = Logger(label: "outbox"),
+                recordsSubjects: Bool = true) throws {
         pool = try PostgresPool(url: url)
         try pool.migrate("outbox", Self.migrations)
         let sealer = try Sealer(dataKey: key)
         hashingSecret = try Self.hashingSecret(pool, sealer: sealer, keyPath: keyPath)
-        store = MessageStore(sealer: sealer, hashingKey: hashingSecret)
+        store = MessageStore(sealer: sealer, hashingKey: hashingSecret, recordsSubjects: recordsSubjects)
         self.clock = clock
         let onAccepted = onAccepted
         listener = PostgresListener(url: url, channel: Self.channel, logger: logger) { onAccepted.call() }
@@ -148,7 +149,7 @@ public final class PostgresOutbox: MessageOutbox {
                                              next_attempt_at, idempotency_hash, payload_hash)
                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                 ON CONFLICT (idempotency_hash) DO NOTHING RETURNING id
-                """, [.text(memo.id), .integer(memo.createdAt), .bytes(memo.sealedPayload), .bytes(memo.sealedSubject),
+                """, [.text(memo.id), .integer(memo.createdAt), .bytes(memo.sealedPayload), memo.sealedSubject.map { .bytes($0) } ?? .null,
                       .text(memo.lifecycle.status.rawValue), .integer(Int64(memo.lifecycle.attempts)),
                       Self.value(memo.lifecycle.nextAttemptAt), memo.idempotencyHash.map { .bytes($0) } ?? .null,
                       .bytes(memo.payloadHash)])

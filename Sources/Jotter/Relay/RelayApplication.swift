@@ -59,15 +59,16 @@ public final class RelayApplication: Sendable {
         delivery.onBehalfOfRecipient = true
         switch configuration.store {
         case .sqlite:
+            // A message is kept only until it is delivered: no subject on its own for a history.
             let outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
-                                    logger: logger.labelled("outbox"))
+                                    logger: logger.labelled("outbox"), recordsSubjects: false)
             dataDirectory.markDatabaseCreated()
             store = try SQLiteRelayStore(database: outbox.database)
             self.outbox = outbox
         case .postgres(let url):
             store = try PostgresRelayStore(url: url)  // first: it starts no thread, the outbox's listener does
             outbox = try PostgresOutbox(url: url, key: key, keyPath: dataDirectory.keyPath, clock: clock,
-                                        logger: logger.labelled("outbox"))
+                                        logger: logger.labelled("outbox"), recordsSubjects: false)
         }
         worker = DeliveryWorker(outbox: outbox, transport: transport ?? relay.transport, configuration: delivery,
                                 clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))

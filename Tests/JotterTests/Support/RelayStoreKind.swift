@@ -76,6 +76,18 @@ final class RelayTestStore: Sendable {
         }
     }
 
+    /// How many of `relay`'s messages still hold any text (a sealed body or subject), read from the table.
+    func messagesHoldingText(on relay: RelayServer) throws -> Int64 {
+        let sql = "SELECT count(*) FROM %@ WHERE sealed_payload IS NOT NULL OR sealed_subject IS NOT NULL"
+        if let database {
+            let connection = try PostgresConnection(url: database.url)
+            return try connection.execute(sql.replacingOccurrences(of: "%@", with: "jotter_messages")).first?.int64(0) ?? 0
+        }
+        return try relay.outbox.database.read { database in
+            try database.statement(sql.replacingOccurrences(of: "%@", with: "messages")).firstRow { $0.int64(0) } ?? 0
+        }
+    }
+
     /// How many verified addresses `relay` keeps, for all devices (read from `relay_destinations`).
     func verifiedDestinationCount(on relay: RelayServer) throws -> Int64 {
         let sql = "SELECT count(*) FROM relay_destinations WHERE verified_at IS NOT NULL"
