@@ -5,6 +5,18 @@ import Testing
 /// Start-up on a damaged data directory: refuse with a message that says what to restore, and create
 /// nothing that would be in the way of the restore.
 @Suite struct DamagedDataDirectoryTests {
+    /// A data directory that existed with the umask's 0755 is made private (0700), as one Jotter creates.
+    @Test func anExistingDataDirectoryIsMadePrivate() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("data")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o755])
+        let data = try DataDirectory(path: path)
+        defer { data.unlock() }
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+    }
+
     /// A data directory with one accepted memo, stopped.
     private static func dataDirectoryWithAMemo() throws -> (TemporaryDirectory, String) {
         let directory = TemporaryDirectory()

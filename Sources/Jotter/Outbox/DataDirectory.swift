@@ -43,6 +43,12 @@ public final class DataDirectory: Sendable {
             var info = stat()
             guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { throw Failure.missing(path: path) }
         }
+        // A directory that was there already (made by hand, or by `mkdir -p` with the umask's 0755) is
+        // made private too: its files are 0600, but their names and the Maildir's are the owner's business.
+        var info = stat()
+        if stat(path, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o077 != 0 {
+            _ = chmod(path, info.st_mode & 0o700 | 0o700)
+        }
         let lockPath = path + "/lock"
         let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Failure.create(path: path, errno: errno) }
