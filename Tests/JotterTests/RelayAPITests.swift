@@ -296,6 +296,24 @@ import Testing
     /// A message body is limited in bytes of UTF-8 once decoded (256 KiB, what a composer takes as
     /// one memo), not in bytes of request: the JSON of the largest body, escaped at worst (`\u0026`,
     /// six bytes for each `&`), still goes through the socket and arrives whole.
+    /// Wrong device secrets are counted per client: after ten, `429` with `Retry-After`. The right secret
+    /// still works from the same address, and another client is not held back.
+    @Test func wrongSecretsAreLimitedPerClient() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        let statuses = try (0..<12).map { index in
+            try relay.json("GET", "/v1/destinations", secret: "jrs_" + String(repeating: "x", count: 40) + "\(index)",
+                           from: "198.51.100.7").status
+        }
+        #expect(statuses.prefix(10).allSatisfy { $0 == 401 } && statuses.suffix(2).allSatisfy { $0 == 429 }, "\(statuses)")
+        let limited = try relay.json("GET", "/v1/destinations", secret: "jrs_wrong", from: "198.51.100.7")
+        #expect(limited.status == 429 && limited.header("Retry-After") != nil)
+        #expect(try relay.json("GET", "/v1/destinations", secret: device.secret, from: "198.51.100.7").status == 200)
+        #expect(try relay.json("GET", "/v1/destinations", secret: "jrs_wrong", from: "198.51.100.8").status == 401)
+    }
+
     @Test func aBodyIsLimitedInDecodedBytesNotInRequestBytes() throws {
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))

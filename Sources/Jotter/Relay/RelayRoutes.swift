@@ -6,6 +6,9 @@ struct RelayRoutes: Sendable {
     let service: RelayService
     /// The relay's configuration (for the code lifetime and the registration mode).
     let configuration: RelayConfiguration
+    /// Wrong device secrets per client (this node's count): ten, then one a minute, then `429`. A right
+    /// secret is never refused by it: a guesser behind the same NAT cannot lock a device out.
+    var failedSecrets = RateLimiter(limits: .init(burst: 10, perSecond: 10.0 / 600))
 
     /// How a route answers: once, from any thread.
     typealias Respond = @Sendable (HTTPResponse) -> Void
@@ -110,6 +113,12 @@ struct RelayRoutes: Sendable {
             return respond(Self.unavailable(error))
         }
         guard let device else {
+            if let seconds = failedSecrets.retryAfter(client: request.remoteAddress) {
+                var response = HTTPResponse.error(429, code: "too_many_attempts",
+                                                  message: "Too many wrong secrets from here; wait before trying again.")
+                response.headers.add(name: "Retry-After", value: String(seconds))
+                return respond(response)
+            }
             return respond(Self.unauthorized("invalid_credentials", "This secret is not a device's of this relay."))
         }
         handler(device)
