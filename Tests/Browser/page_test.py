@@ -526,6 +526,21 @@ def scenario_no_storage(page, url, result):
     result["send_statuses"] = [r.get("status") for r in send_requests(page)]
 
 
+def scenario_old_rejected(page, url, result):
+    """Memos an earlier page set aside as refused (jotter.rejected) come back into the page, once."""
+    load(page, url)
+    page.evaluate("localStorage.setItem('jotter.rejected', JSON.stringify(["
+                  "{id: 'a', subject: '', body: 'first refused', created: 1},"
+                  "{id: 'b', subject: '', body: 'second refused', created: 2}]))")
+    load(page, url)
+    try:
+        page.wait_for("document.getElementById('body').value !== ''", timeout=10)
+    except cdp.CDPError:
+        pass
+    result["body"] = page.evaluate("document.getElementById('body').value")
+    result["left"] = page.evaluate("localStorage.getItem('jotter.rejected')")
+
+
 def scenario_undo_setting(page, url, result):
     """The server has no undo window: this device turns one on in Settings (keyboard only), sends, and
     takes the memo back."""
@@ -687,6 +702,7 @@ SCENARIOS = {
     "undo_typing": scenario_undo_typing,
     "too_large": scenario_too_large,
     "no_storage": scenario_no_storage,
+    "old_rejected": scenario_old_rejected,
     "share_with_draft": scenario_share_with_draft,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,

@@ -347,6 +347,18 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == 1)
     }
 
+    @Test("Memos an earlier page set aside as refused come back into the page, once, in their order")
+    func memosSetAsideBeforeComeBack() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("old_rejected", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["body"].string == "first refused\n\nsecond refused", "\(seen["body"])")
+        #expect(seen["left"].isNull, "\(seen["left"])")
+        #expect(try server.outbox.history.acceptedCount() == 0)
+    }
+
     @Test("Settings turns undo on for this device: the window rides on each memo, Undo takes it back")
     func undoSettingTurnsUndoOn() throws {
         let directory = TemporaryDirectory()
