@@ -421,8 +421,9 @@ def scenario_share_with_draft(page, url, result):
         " draft: localStorage.getItem('jotter.draft')})")
 
 
-def send_then_undo(page, memo, result):
-    """Types and sends `memo`, presses Undo while it shows, and records what followed."""
+def send_then_undo(page, memo, result, typed_since=None):
+    """Types and sends `memo`, types `typed_since` (the next memo begun), presses Undo while it shows,
+    and records what followed."""
     page.type_text(memo)
     page.press_ctrl_enter()
     try:
@@ -431,10 +432,12 @@ def send_then_undo(page, memo, result):
         pass
     result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
     result["undo_label"] = page.evaluate("document.getElementById('undo').textContent")
+    if typed_since:
+        page.type_text(typed_since)
     if result["undo_shown"]:
         page.click(*page.center_of("#undo"))
     try:
-        page.wait_for("document.getElementById('body').value.length > 0", timeout=10)
+        page.wait_for("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo), timeout=10)
     except cdp.CDPError:
         pass
     result["after"] = state(page)
@@ -462,22 +465,7 @@ def scenario_undo_typing(page, url, result):
         page.wait_for("!document.getElementById('foot').hidden", timeout=10)
     except cdp.CDPError:
         pass
-    page.type_text(memo)
-    page.press_ctrl_enter()
-    try:
-        page.wait_for("!document.getElementById('undo').hidden", timeout=15)
-    except cdp.CDPError:
-        pass
-    result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
-    page.type_text("Next thought")
-    if result["undo_shown"]:
-        page.click(*page.center_of("#undo"))
-    try:
-        page.wait_for("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo), timeout=10)
-    except cdp.CDPError:
-        pass
-    result["after"] = state(page)
-    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+    send_then_undo(page, memo, result, typed_since="Next thought")
 
 
 def scenario_too_large(page, url, result):

@@ -483,7 +483,8 @@ def scenario_new_tab(tabs, args, result):
                        for p in (old, new) for r in requests_to(p, "POST", "/send")]
 
 
-def scenario_computer(tabs, args, result):
+def open_pairing_dialog(tabs, args, result):
+    """The computer's page with 'Pair a phone' clicked; `before` is its state until then."""
     page = tabs.open("computer", phone=False)
     open_page(page, lang_url(args))
     try:
@@ -491,8 +492,12 @@ def scenario_computer(tabs, args, result):
     except cdp.CDPError:
         pass
     result["before"] = state(page)
-    x, y = page.center_of("#pair-open")
-    page.click(x, y)
+    page.click(*page.center_of("#pair-open"))
+    return page
+
+
+def scenario_computer(tabs, args, result):
+    page = open_pairing_dialog(tabs, args, result)
     link = r"""({open: document.getElementById('pairing').open, svg: !!document.querySelector('#qr svg'),
                  url: document.getElementById('pair-url').textContent,
                  valid: document.getElementById('pair-valid').textContent})"""
@@ -533,13 +538,7 @@ def scenario_computer(tabs, args, result):
 
 def scenario_renewal(tabs, args, result):
     """The computer's 'Pair a phone' left open past its link's life: the link on screen is renewed."""
-    page = tabs.open("computer", phone=False)
-    open_page(page, lang_url(args))
-    try:
-        page.wait_for("!document.getElementById('pair-open').hidden", timeout=15)
-    except cdp.CDPError:
-        pass
-    page.click(*page.center_of("#pair-open"))
+    page = open_pairing_dialog(tabs, args, result)
     try:
         page.wait_for("document.getElementById('pair-url').textContent !== ''", timeout=15)
     except cdp.CDPError:

@@ -28,11 +28,14 @@ import Testing
             + (token.map { [("Authorization", "Bearer \($0)")] } ?? []), body: Array("from the phone".utf8))
     }
 
-    static func pair(_ server: TestServer, _ token: String, userAgent: String = pixel,
-                     extra: [(String, String)] = []) throws -> RawHTTP.Response {
-        try server.route("POST", "/pair", headers: [("Content-Type", "application/json"),
-                                                    ("User-Agent", userAgent)] + extra,
-                         body: Array("{\"pairing_token\":\"\(token)\"}".utf8))
+    /// `POST /pair` with `token` (and the page's `request` id, a device's `bearer` token), from `peer`.
+    static func pair(_ server: TestServer, _ token: String, request: String? = nil, bearer: String? = nil,
+                     userAgent: String = pixel, extra: [(String, String)] = [],
+                     from peer: String = "127.0.0.1") throws -> RawHTTP.Response {
+        let id = request.map { ",\"request_id\":\"\($0)\"" } ?? ""
+        return try server.route("POST", "/pair", headers: [("Content-Type", "application/json"), ("User-Agent", userAgent)]
+                                    + (bearer.map { [("Authorization", "Bearer \($0)")] } ?? []) + extra,
+                                body: Array("{\"pairing_token\":\"\(token)\"\(id)}".utf8), from: peer)
     }
 
     /// A fresh link, as the computer's page asks for one.
@@ -125,12 +128,6 @@ import Testing
         #expect(try #require(server.application.devices).list().count == 1)
     }
 
-    static func pair(_ server: TestServer, _ token: String, request: String, bearer: String? = nil) throws -> RawHTTP.Response {
-        try server.route("POST", "/pair", headers: [("Content-Type", "application/json"), ("User-Agent", pixel)]
-                            + (bearer.map { [("Authorization", "Bearer \($0)")] } ?? []),
-                         body: Array("{\"pairing_token\":\"\(token)\",\"request_id\":\"\(request)\"}".utf8))
-    }
-
     @Test("A phone whose answer to POST /pair was lost asks again and gets its device, not 'already used'")
     func aLostAnswerIsAskedForAgain() throws {
         let directory = TemporaryDirectory()
@@ -205,14 +202,11 @@ import Testing
         let link = try registry.issuePairingToken().token
         let own = NetworkInterfaces.entries().first?.address
         for peer in ["127.0.0.1"] + (own.map { [$0] } ?? []) {
-            let here = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                        body: Array("{\"pairing_token\":\"\(link)\"}".utf8), from: peer)
+            let here = try Self.pair(server, link, from: peer)
             #expect(here.status == 409 && here.errorCode == "this_machine", "from \(peer): \(here.text)")
         }
         #expect(try registry.list().isEmpty)
-        let phone = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                     body: Array("{\"pairing_token\":\"\(link)\"}".utf8),
-                                     from: own == "192.168.1.33" ? "192.168.1.34" : "192.168.1.33")
+        let phone = try Self.pair(server, link, from: own == "192.168.1.33" ? "192.168.1.34" : "192.168.1.33")
         #expect(phone.status == 201, "the phone pairs with the same link: \(phone.text)")
     }
 

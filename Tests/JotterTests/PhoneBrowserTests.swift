@@ -310,8 +310,7 @@ struct PhoneBrowserTests {
         #expect(tokens.count == 2 && tokens[0] != tokens[1], "'New link' gave the same link")
         // Both links work (any number may be live), each once, on a phone (not on this computer).
         for token in tokens {
-            let paired = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                          body: Array("{\"pairing_token\":\"\(token)\"}".utf8), from: "192.0.2.77")
+            let paired = try PairingTests.pair(server, token, from: "192.0.2.77")
             #expect(paired.status == 201, "\(paired.text)")
         }
     }
@@ -334,8 +333,7 @@ struct PhoneBrowserTests {
         #expect(seen["link_requests"].array.map(\.int).prefix(2) == [201, 201])
         // The renewed link works on a phone.
         let token = String(try #require(renewed.components(separatedBy: "#pair=").last))
-        let paired = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
-                                      body: Array("{\"pairing_token\":\"\(token)\"}".utf8), from: "192.0.2.77")
+        let paired = try PairingTests.pair(server, token, from: "192.0.2.77")
         #expect(paired.status == 201, "\(paired.text)")
     }
 

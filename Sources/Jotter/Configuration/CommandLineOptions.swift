@@ -208,12 +208,7 @@ public enum CommandLineOptions {
                 onCommandLine.insert(name)
             }
         }
-        // A flag wins over the environment, also over the other spelling of the same setting: --relay
-        // over JOTTER_RELAY_FILE, --relay-file over JOTTER_RELAY.
-        for (flag, other) in [("--relay", "--relay-file"), ("--relay-file", "--relay")]
-        where onCommandLine.contains(flag) && !onCommandLine.contains(other) {
-            values[other] = nil
-        }
+        preferCommandLine(&values, given: onCommandLine, spellings: ("--relay", "--relay-file"))
 
         let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
         var configuration = Configuration(dataDirectory: dataDirectory,
@@ -293,6 +288,15 @@ public enum CommandLineOptions {
             configuration.logLevel = parsed
         }
         return .serve(configuration)
+    }
+
+    /// A flag wins over the environment, also over the other spelling of the same setting: `--relay`
+    /// over `JOTTER_RELAY_FILE`, `--relay-file` over `JOTTER_RELAY`. `values` holds both sources; `given`
+    /// names the flags that came from the command line.
+    static func preferCommandLine(_ values: inout [String: String], given: Set<String>, spellings: (String, String)) {
+        for (flag, other) in [spellings, (spellings.1, spellings.0)] where given.contains(flag) && !given.contains(other) {
+            values[other] = nil
+        }
     }
 
     /// `--flag=value` as `--flag value` (as `serve` takes it), up to a lone `--`, after which words are text.

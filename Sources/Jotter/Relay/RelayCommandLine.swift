@@ -98,11 +98,7 @@ public enum RelayCommandLine {
             values[name] = given
             onCommandLine.insert(name)
         }
-        // A flag wins over the environment, also over the other spelling: --mail over JOTTER_RELAY_MAIL_FILE.
-        for (flag, other) in [("--mail", "--mail-file"), ("--mail-file", "--mail")]
-        where onCommandLine.contains(flag) && !onCommandLine.contains(other) {
-            values[other] = nil
-        }
+        CommandLineOptions.preferCommandLine(&values, given: onCommandLine, spellings: ("--mail", "--mail-file"))
         return .relay(try configuration(values, environment: environment))
     }
 
