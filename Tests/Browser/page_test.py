@@ -387,6 +387,24 @@ def scenario_relay(page, url, result):
         "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
 
 
+def scenario_relay_pending(page, url, result):
+    """A Jotter relay has the memo and has not delivered it yet (the caller's server reports every
+    attempt as relay_pending): send a memo, open History, wait for the entry's reason."""
+    load(page, url)
+    memo = "Handed to the relay %s" % secrets.token_hex(4)
+    result["memo"] = memo
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    page.click(*page.center_of("#history-open"))
+    try:
+        page.wait_for("document.querySelector('#history-list li p.e') !== null", timeout=20)
+    except cdp.CDPError:
+        pass
+    result["history"] = page.evaluate(
+        "[...document.querySelectorAll('#history-list li')].map(li => ({text: li.innerText,"
+        " status: (li.querySelector('.st') || {}).textContent, retry: !!li.querySelector('button.retry')}))")
+
+
 def scenario_share(page, url, result):
     """Opened as a Web Share Target: /?title=…&text=…&url=… (what Android sends to an installed app)."""
     shared = url + "?title=Idea%20%F0%9F%92%A1&text=Read%20this%20later&url=https%3A%2F%2Fexample.org%2Fa%3Fb%3D1"
@@ -685,6 +703,7 @@ SCENARIOS = {
     "privacy": scenario_privacy,
     "nojs": scenario_nojs,
     "relay": scenario_relay,
+    "relay_pending": scenario_relay_pending,
     "share": scenario_share,
     "undo": scenario_undo,
     "undo_typing": scenario_undo_typing,

@@ -256,6 +256,25 @@ struct BrowserTests {
         #expect(transport.messages.count == 1)
     }
 
+    @Test("A memo a Jotter relay has taken but not delivered shows in History as on its way, and why")
+    func aMemoAtTheRelayShowsAsOnItsWay() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.fail(DeliveryFailure(.relayPending, permanent: false)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+
+        let seen = try Self.drive("relay_pending", server: server, maildir: false)
+        Self.expectClean(seen)
+        let strings = try Self.translations("en")
+        let entries = seen["history"].array
+        #expect(entries.count == 1, "\(seen["history"])")
+        #expect(entries.first?["status"].string == strings["status_sending"], "\(seen["history"])")
+        #expect(entries.first?["text"].string?.contains(strings["error_relay_pending"] ?? "?") == true, "\(seen["history"])")
+        #expect(entries.first?["retry"].bool == false)
+        let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
+        #expect(try server.outbox.history.record(id: id)?.status == .retrying)
+    }
+
     @Test("Text shared from another app opens in the page ready to send, and is not sent by itself")
     func sharedTextWaitsInThePage() throws {
         let directory = TemporaryDirectory()

@@ -18,10 +18,19 @@ struct ComposerRelayTests {
         let relay: RelayServer
         var composer: TestServer
 
-        init(_ kind: RelayStoreKind, configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
+        /// With `steered`, the relay's mail goes through this transport in front of its own Maildir, so
+        /// verification codes arrive and a test can hold or refuse what comes after.
+        let mail: ControlledTransport?
+
+        init(_ kind: RelayStoreKind, steered: Bool = false,
+             configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
+            let mail = steered ? ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: relayDirectory.path + "/Maildir"),
+                                                     maximumWait: 60) : nil
+            self.mail = mail
             store = try RelayTestStore(kind)
             do {
-                relay = try RelayServer(dataDirectory: relayDirectory.path, store: store, configure: configureRelay)
+                relay = try RelayServer(dataDirectory: relayDirectory.path, store: store, transport: mail,
+                                        configure: configureRelay)
             } catch {
                 store.release()
                 throw error
@@ -134,6 +143,86 @@ struct ComposerRelayTests {
         let third = try pair.post("memo three")
         #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(third)["status"] as? String == "sent" })
         #expect(try pair.entry(third)["attempts"] as? Int == 1)
+    }
+
+    /// `sent` is the relay's delivery, not its `202`: while the relay holds a memo (its mail provider
+    /// slow), the composer says the relay has it (`retrying`, `relay_pending`, shown as on its way),
+    /// and once the relay delivers it, `sent` — with one mail, from one relay message.
+    @Test(arguments: RelayStoreKind.available)
+    func aMemoIsSentWhenTheRelayDeliveredItNotWhenItTookIt(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind, steered: true)
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.block()
+        let id = try pair.post("memo held up at the relay")
+        #expect(mail.waitUntilBlocked(timeout: 30), "the relay never tried to mail it")
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            try pair.entry(id)["last_error"] as? String == "relay_pending"
+        }, "\((try? pair.entry(id)) ?? [:])")
+        let waiting = try pair.entry(id)
+        #expect(waiting["status"] as? String == "retrying")
+        #expect(try pair.delivered().isEmpty)
+
+        mail.release()
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.delivered().map { $0.trimmingCharacters(in: .newlines) } == ["memo held up at the relay"])
+        let attempts = mail.messages.filter { $0.body.contains("memo held up") }
+        #expect(attempts.count == 1, "the relay mailed it \(attempts.count) times")
+        #expect(try pair.entry(id)["last_error"] is NSNull)
+    }
+
+    /// A mail provider's permanent refusal at the relay reaches the composer: the memo is `failed` there
+    /// too, with the relay's reason, never `sent`. Its Retry is passed on to the relay, which tries the
+    /// same message again (one relay message, two attempts), not a second copy.
+    @Test(arguments: RelayStoreKind.available)
+    func aMemoTheRelayGivesUpOnFailsHereAndItsRetryGoesToTheRelay(store kind: RelayStoreKind) throws {
+        let pair = try Pair(kind, steered: true)
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let id = try pair.post("memo the provider refuses")
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.entry(id)["last_error"] as? String == "rejected")
+        #expect(try pair.delivered().isEmpty)
+
+        mail.release()
+        let retried = try pair.page("POST", "/history/\(id)/retry")
+        #expect(retried.status == 202 || retried.status == 200, "\(retried.status) \(retried.text)")
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.delivered().map { $0.trimmingCharacters(in: .newlines) } == ["memo the provider refuses"])
+        let attempts = mail.messages.filter { $0.body.contains("memo the provider refuses") }
+        #expect(attempts.count == 2)
+        #expect(Set(attempts.map(\.id)).count == 1, "the relay was sent the memo a second time")
+    }
+
+    /// A relay that no longer knows the message (it forgot this composer, which registered anew) has
+    /// said its last word with its `202`: the memo stays `sent`, and is not posted again.
+    @Test func aMessageTheRelayNoLongerKnowsIsLeftSent() throws {
+        let pair = try Pair(.sqlite, steered: true)
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.block()
+        let id = try pair.post("memo the relay forgets the sender of")
+        #expect(mail.waitUntilBlocked(timeout: 30))
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            try pair.entry(id)["last_error"] as? String == "relay_pending"
+        })
+        let devices = try pair.relay.outbox.database.read { database in
+            try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
+        }
+        #expect(devices.count == 1)
+        for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        mail.release()
+        #expect(try pair.relay.finishDeliveries())
+        #expect(mail.messages.filter { $0.body.contains("memo the relay forgets") }.count == 1)
     }
 
     @Test(arguments: RelayStoreKind.available)

@@ -132,6 +132,7 @@ import Testing
         #expect(DeliveryFailure.Kind.rateLimited.rawValue == "rate_limited")
         #expect(DeliveryFailure.Kind.serverError.rawValue == "server_error")
         #expect(DeliveryFailure.Kind.timeout.rawValue == "timeout")
+        #expect(DeliveryFailure.Kind.relayPending.rawValue == "relay_pending")
         #expect(DeliveryFailure(.unreachable, permanent: false).isOffline)
         #expect(!DeliveryFailure(.timeout, permanent: false).isOffline)
     }
@@ -192,6 +193,7 @@ import Testing
             ("relayAnswers", { l throws(DeliveryLifecycle.Refusal) in try l.relayAnswers(now: far) }),
             ("hold", { l throws(DeliveryLifecycle.Refusal) in try l.hold(reason: "corrupt") }),
             ("requeue", { l throws(DeliveryLifecycle.Refusal) in try l.requeue(now: far) }),
+            ("retryFailed", { l throws(DeliveryLifecycle.Refusal) in try l.retryFailed(now: far) }),
             ("interrupted", { l throws(DeliveryLifecycle.Refusal) in try l.interrupted(now: far) }),
             ("cancel", { l throws(DeliveryLifecycle.Refusal) in try l.cancel(now: far) }),
             ("renewLease", { l throws(DeliveryLifecycle.Refusal) in
@@ -202,7 +204,7 @@ import Testing
             .sending: ["claim", "delivered", "attemptFailed", "relayUnreachable", "hold", "interrupted", "renewLease"],
             .retrying: ["claim", "relayAnswers", "hold"],
             .sent: [],
-            .failed: ["hold", "requeue"],
+            .failed: ["hold", "requeue", "retryFailed"],
             .held: ["hold", "requeue"],
             .cancelled: [],
         ]

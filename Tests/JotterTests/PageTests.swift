@@ -52,6 +52,17 @@ import Testing
         #expect(try server.route("GET", "/i18n/xx.json").status == 404)
     }
 
+    /// Whatever `/history` can say went wrong with a memo, the page says it in words, in every language.
+    @Test func everyFailureKindHasItsWordsInEveryLanguage() throws {
+        for tag in Localization.supported {
+            let data = try Data(contentsOf: URL(fileURLWithPath: Repository.publicDirectory + "/i18n/\(tag).json"))
+            let strings = try #require(try JSONSerialization.jsonObject(with: data) as? [String: String])
+            for kind in DeliveryFailure.Kind.allCases {
+                #expect(strings["error_" + kind.rawValue]?.isEmpty == false, "\(tag): error_\(kind.rawValue)")
+            }
+        }
+    }
+
     @Test func gzipIsTheSamePageInAThirdOfTheBytes() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

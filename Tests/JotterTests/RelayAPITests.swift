@@ -112,6 +112,7 @@ import Testing
             ("GET", "/v1/destinations", nil),
             ("POST", "/v1/messages", ["to": "a@example.com", "body": "x"]),
             ("GET", "/v1/messages/0c2f4a4e-0000-4000-8000-000000000000", nil),
+            ("POST", "/v1/messages/0c2f4a4e-0000-4000-8000-000000000000/retry", nil),
         ]
         for (method, path, body) in calls {
             let missing = try relay.json(method, path, body)
@@ -237,6 +238,49 @@ import Testing
             ($0.message["message_id"] as? String)?.dropFirst().split(separator: "@").first.map(String.init)
         }.first { $0 != id })
         #expect(try relay.json("GET", "/v1/messages/\(codeMail)", secret: alice.secret).status == 404)
+    }
+
+    /// A message the relay gave up on (its mail provider refused it) goes back in the queue when its
+    /// device asks (`POST /v1/messages/{id}/retry`, a composer's Retry passed on) and is delivered,
+    /// once. Asking about a message on its way or delivered changes nothing; another device's message,
+    /// or none, is `404`.
+    @Test(arguments: RelayStoreKind.available)
+    func aFailedMessageIsRetriedAtItsDevicesRequestOnly(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, transport: mail)
+        defer { relay.stop() }
+        let alice = try relay.register(), bob = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let id = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused once").json
+            as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
+        let failed = try relay.json("GET", "/v1/messages/\(id)", secret: alice.secret).json as? [String: Any]
+        #expect(failed?["last_error"] as? String == "rejected")
+
+        #expect(try relay.json("POST", "/v1/messages/\(id)/retry", secret: bob.secret).status == 404)
+        #expect(try relay.json("POST", "/v1/messages/0c2f4a4e-0000-4000-8000-000000000000/retry",
+                               secret: alice.secret).status == 404)
+        #expect(relay.status(alice.secret, of: id) == "failed", "another device's request moved it")
+
+        mail.release()
+        let retried = try relay.json("POST", "/v1/messages/\(id.uppercased())/retry", secret: alice.secret)
+        #expect(retried.status == 200, "\(retried.text)")
+        let record = try #require(retried.json as? [String: Any])
+        #expect(record["id"] as? String == id)
+        #expect(["queued", "sending", "sent"].contains(record["status"] as? String ?? ""), "\(record)")
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "sent" })
+        let again = try relay.json("POST", "/v1/messages/\(id)/retry", secret: alice.secret)
+        #expect(again.status == 200 && (again.json as? [String: Any])?["status"] as? String == "sent")
+        #expect(try relay.finishDeliveries())
+        let delivered = try relay.mails(to: "alice@example.com").filter {
+            RelayServer.sameBody($0.message["body"], "refused once")
+        }
+        #expect(delivered.count == 1)
+        #expect(mail.messages.filter { $0.id == id }.count == 2, "one refused attempt, one delivered")
     }
 
     @Test(arguments: RelayStoreKind.available)
@@ -367,7 +411,7 @@ import Testing
                     print(method.upper(), path)
             """, arguments: [Repository.root + "/openapi-relay.yaml"])
             .split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
-        #expect(operations.count == 8)
+        #expect(operations.count == 9)
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))
         defer { relay.stop() }

@@ -1,7 +1,7 @@
 /// Why a delivery attempt failed, by kind; transports never pass on a server's own text.
 public struct DeliveryFailure: Error, Sendable, Equatable {
     /// The failure kinds `/history` and the logs show.
-    public enum Kind: String, Sendable {
+    public enum Kind: String, Sendable, CaseIterable {
         case timeout
         case unreachable
         case network
@@ -18,6 +18,8 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case corrupt
         /// A Jotter relay has no verified address for this composer yet (the page's Settings ask for one).
         case unverified
+        /// A Jotter relay has the memo and has not delivered it yet: this composer asks again later.
+        case relayPending = "relay_pending"
     }
 
     /// The failure's kind.

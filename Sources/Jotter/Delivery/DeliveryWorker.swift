@@ -559,7 +559,11 @@ public final class DeliveryWorker: @unchecked Sendable {
                 try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)
             }
         }
-        logger.warning("delivery failed", metadata: [
+        // Not a failure: the Jotter relay has the memo and has not delivered it yet.
+        let pending = error.kind == .relayPending
+        if pending { relayAccepts() }  // it took the memo: whatever refusal held memos is over
+        logger.log(level: pending ? .info : .warning,
+                   pending ? "handed to the relay, not delivered there yet" : "delivery failed", metadata: [
             "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
             "status": after?.status.rawValue ?? "-",
             "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",

@@ -5,7 +5,7 @@
 /// ```
 /// accepted → queued ─claim→ sending ─delivered→ sent
 ///                              │ ├─attemptFailed→ retrying(at) ─claim (when due)→ sending
-///                              │ │              └→ failed ─requeue→ queued
+///                              │ │              └→ failed ─requeue, retryFailed→ queued
 ///                              │ ├─relayUnreachable→ retrying(at), the ladder where it was
 ///                              │ ├─hold→ held ─requeue→ queued
 ///                              │ ├─interrupted (the process stopped) → queued
@@ -145,6 +145,13 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         nextAttemptAt = now
         backoffStep = 0
         lastError = nil
+    }
+
+    /// Its sender asks again for a memo given up on (`failed`): `requeue`, but never of a `held` one,
+    /// which waits for what holds it (the relay's own credentials), not for the sender.
+    public mutating func retryFailed(now: Int64) throws(Refusal) {
+        guard status == .failed else { throw Refusal(transition: "retryFailed", from: status) }
+        try requeue(now: now)
     }
 
     /// An attempt that an earlier process left unfinished (the data directory lock proves it is gone):

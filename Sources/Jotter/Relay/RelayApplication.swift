@@ -93,6 +93,7 @@ public final class RelayApplication: Sendable {
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), handler: handler)
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
+        service.setOnRequeued { worker.wake() }
     }
 
     /// Answers `request` as the server would, without a socket (tests at the router).

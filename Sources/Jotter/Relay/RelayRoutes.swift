@@ -43,6 +43,11 @@ struct RelayRoutes: Sendable {
         add(&router, "GET", "/v1/messages/{id}") { request, parameters, respond in
             authenticated(request, respond) { device in respond(status(id: parameters["id"] ?? "", device: device)) }
         }
+        add(&router, "POST", "/v1/messages/{id}/retry") { request, parameters, respond in
+            authenticated(request, respond) { device in
+                respond(status(id: parameters["id"] ?? "", device: device, retrying: true))
+            }
+        }
         return router
     }
 
@@ -290,9 +295,15 @@ struct RelayRoutes: Sendable {
         return response
     }
 
-    private func status(id: String, device: String) -> HTTPResponse {
+    /// Message `id`'s record; with `retrying`, a message the relay gave up on (`failed`) is first put
+    /// back in its queue — its sender's Retry, passed on. Any other status is left as it is, so asking
+    /// twice does no more than asking once.
+    private func status(id: String, device: String, retrying: Bool = false) -> HTTPResponse {
         answering {
-            guard id.utf8.count <= 64, let record = try service.status(deviceID: device, id: id.lowercased()) else {
+            let id = id.lowercased()
+            guard id.utf8.count <= 64,
+                  let record = try retrying ? service.retry(deviceID: device, id: id) : service.status(deviceID: device, id: id)
+            else {
                 return .error(404, code: "not_found", message: "This device sent no such message.")
             }
             var json = JSONWriter()

@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 /// The relay's rules, between its HTTP routes and its store: devices and invites, verification codes
 /// and their mail, limits, idempotency, and accepting messages into the relay's own sealed outbox.
@@ -67,6 +68,7 @@ public final class RelayService: Sendable {
     private let configuration: RelayConfiguration
     private let clock: any WallClock
     private let logger: Logger
+    private let onRequeued = Mutex<(@Sendable () -> Void)?>(nil)
     /// Where requests are worked on: the store blocks, so never on an HTTP thread (nor on the outbox's
     /// writer queue, whose answers hop back here).
     let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
@@ -275,6 +277,30 @@ public final class RelayService: Sendable {
     public func status(deviceID: String, id: String) throws -> MessageRecord? {
         guard try store.messageOwner(id: id) == deviceID else { return nil }
         return try outbox.record(id: id)
+    }
+
+    /// Puts message `id` back in the queue if the relay gave up on it (`failed`): its sender pressed
+    /// Retry. Any other status is left alone. The message's record afterwards, if this device sent it.
+    public func retry(deviceID: String, id: String) throws -> MessageRecord? {
+        guard try store.messageOwner(id: id) == deviceID else { return nil }
+        let now = clock.nowMilliseconds()
+        do {
+            let requeued = try outbox.transition(id: id, durable: true) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                try lifecycle.retryFailed(now: now)
+            }
+            if requeued != nil {
+                logger.info("message requeued at its sender's request", metadata: ["device.id": deviceID, "message.id": id])
+                onRequeued.withLock { $0 }?()
+            }
+        } catch is DeliveryLifecycle.Refusal {
+            // Not failed: on its way, or delivered. Nothing to do.
+        }
+        return try outbox.record(id: id)
+    }
+
+    /// Runs after `retry` put a message back in the queue (the delivery worker's wake-up).
+    public func setOnRequeued(_ handler: (@Sendable () -> Void)?) {
+        onRequeued.withLock { $0 = handler }
     }
 
     /// The layers a message is checked against, in the order they are shown.

@@ -171,6 +171,38 @@ final class JotterRelayAccount: Sendable {
         return segment
     }
 
+    /// A memo the relay took (its `202`), until the relay says it delivered it: the relay's id for it,
+    /// and whether the relay's giving up on it was reported (then the memo's next attempt is its
+    /// sender's Retry, passed on to the relay instead of sending the memo again).
+    struct Handover: Sendable, Equatable {
+        var relayID: String
+        var failureReported = false
+    }
+
+    private func handoverName(_ memo: String) -> String { name("message.\(memo)") }
+
+    /// Memo `memo`'s handover, if the relay took it and has not yet delivered it.
+    func handover(of memo: String) throws(DeliveryFailure) -> Handover? {
+        guard let stored = try stored({ try $0.read(handoverName(memo)) }) else { return nil }
+        let parts = stored.split(separator: " ")
+        guard let id = parts.first, Self.isMessageID(id) else { return nil }
+        return Handover(relayID: String(id), failureReported: parts.dropFirst().first == "failed")
+    }
+
+    /// Records (or, with nil, forgets) memo `memo`'s handover.
+    func record(_ handover: Handover?, of memo: String) throws(DeliveryFailure) {
+        let value = handover.map { $0.relayID + ($0.failureReported ? " failed" : "") }
+        try stored { try $0.write(handoverName(memo), value: value) }
+    }
+
+    /// A relay message id as it goes into a path: 1–64 of `0-9 a-z -` (the relay's ids are UUIDs).
+    static func isMessageID<S: StringProtocol>(_ id: S) -> Bool {
+        (1...64).contains(id.utf8.count) && id.utf8.allSatisfy { byte in
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                || byte == UInt8(ascii: "-")
+        }
+    }
+
     /// The relay says `address` is not verified for this device (any more): ask for a code again.
     func lostVerification(of address: String) throws(DeliveryFailure) {
         var destination = try destination()

@@ -1,13 +1,29 @@
+import Glibc
+
 /// Delivers through a Jotter relay (`jotter+https://HOST[:PORT]`): `POST /v1/messages` to the address
 /// this composer verified, with the memo's id as `Idempotency-Key` — so a retry after a lost answer
 /// is recognised by the relay and nothing goes out twice.
+///
+/// The relay's `202` is not the end: a memo is `sent` only once the relay says it delivered it
+/// (`GET /v1/messages/{id}`). The relay's id for it is kept (a `Handover`) from its `202` on, so every
+/// later attempt asks about that message and never posts the memo again. The relay usually delivers
+/// within a second, and an attempt waits that long for it; until then each attempt is a question
+/// (`relay_pending`, retried on the backoff ladder). If the relay gives up on it (a mail provider's
+/// permanent refusal), the memo is `failed` here too, with the relay's reason; its Retry asks the relay
+/// to retry that same message (`POST /v1/messages/{id}/retry`).
 ///
 /// Until an address is verified, every memo is refused alike as `unverified`, which the worker treats
 /// as the relay's refusal: memos wait `held`, and a verification (or a Retry) releases them.
 struct JotterRelayTransport: Transport {
     let account: JotterRelayAccount
+    /// How long an attempt waits, between questions, for the relay to deliver a memo it just took
+    /// (about three seconds in all).
+    var checkDelaysMilliseconds: [Int64] = [50, 100, 200, 400, 800, 1500]
 
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        if let handover = try account.handover(of: message.id) {
+            return try follow(message.id, handover, waiting: false)
+        }
         guard let to = try account.destination().address else { throw DeliveryFailure(.unverified, permanent: true) }
         let (subject, body) = Self.fitted(subject: message.subject, body: message.body)
         var json = JSONWriter()
@@ -19,7 +35,13 @@ struct JotterRelayTransport: Transport {
         let answer = try account.call("/v1/messages", json: json.bytes, idempotencyKey: message.id)
         switch (answer.status, answer.errorCode) {
         case (200..<300, _):
-            return DeliveryReceipt()
+            // A relay that names no message (an older one) has said all it will: its 202 is the outcome.
+            guard let id = answer.json?["id"]?.string?.lowercased(), JotterRelayAccount.isMessageID(id) else {
+                return DeliveryReceipt()
+            }
+            let handover = JotterRelayAccount.Handover(relayID: id)
+            try account.record(handover, of: message.id)
+            return try follow(message.id, handover, waiting: true)
         case (403, "destination_unverified"), (401, _):
             try account.lostVerification(of: to)
             throw DeliveryFailure(.unverified, permanent: true)
@@ -31,6 +53,61 @@ struct JotterRelayTransport: Transport {
             throw DeliveryFailure(.configuration, permanent: true)
         default:
             throw JotterRelayClient.failure(answer)
+        }
+    }
+
+    /// Asks the relay what became of the message it took for memo `memo` — after passing on the memo's
+    /// Retry, if its failure was reported — waiting a little for it to be delivered if `waiting`.
+    private func follow(_ memo: String, _ handover: JotterRelayAccount.Handover,
+                        waiting: Bool) throws(DeliveryFailure) -> DeliveryReceipt {
+        let path = "/v1/messages/" + handover.relayID
+        var answer: JotterRelayClient.Answer
+        if handover.failureReported {
+            answer = try account.call(path + "/retry", method: "POST")
+            if answer.status == 404 {
+                // The relay no longer knows it (a month on, or this composer registered anew): the
+                // memo, still here in full, goes to the relay again as a new message.
+                try account.record(nil, of: memo)
+                throw DeliveryFailure(.relayPending, permanent: false)
+            }
+            if answer.status == 200 { try account.record(JotterRelayAccount.Handover(relayID: handover.relayID), of: memo) }
+        } else {
+            answer = try account.call(path)
+        }
+        // A memo just taken, or just given back to the relay's queue, is usually delivered at once.
+        var delays = waiting || handover.failureReported ? checkDelaysMilliseconds[...] : []
+        while true {
+            switch answer.status {
+            case 200:
+                switch answer.json?["status"]?.string {
+                case "sent":
+                    try account.record(nil, of: memo)
+                    return DeliveryReceipt()
+                case "failed", "cancelled":
+                    try account.record(JotterRelayAccount.Handover(relayID: handover.relayID, failureReported: true), of: memo)
+                    throw DeliveryFailure(Self.relayFailure(answer.json?["last_error"]?.string), permanent: true)
+                default:
+                    guard let delay = delays.popFirst() else { throw DeliveryFailure(.relayPending, permanent: false) }
+                    usleep(UInt32(delay * 1000))
+                    answer = try account.call(path)
+                }
+            case 404:
+                // Forgotten by the relay (its records last 30 days), or asked by a device this composer
+                // registered since: the relay took it durably, and that is the last word there is.
+                try account.record(nil, of: memo)
+                return DeliveryReceipt()
+            default:
+                throw JotterRelayClient.failure(answer)
+            }
+        }
+    }
+
+    /// The kind a memo fails with here when the relay gave up on it for `kind`: the relay's own kind
+    /// when it is the memo's (never one that would say this composer's relay refuses it), else `rejected`.
+    static func relayFailure(_ kind: String?) -> DeliveryFailure.Kind {
+        switch kind.flatMap(DeliveryFailure.Kind.init(rawValue:)) {
+        case .some(let known) where [.rejected, .mailboxFull, .conflict, .corrupt].contains(known): return known
+        default: return .rejected
         }
     }
 
