@@ -88,9 +88,10 @@ public final class Application: Sendable {
             }
             let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds)
             devices = registry
+            let issued = try registry.issuePairingToken()
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: trustAnchor?.fingerprint, trustAnchor: trustAnchor,
-                              pairingToken: try registry.issuePairingToken().token)
+                              pairingToken: issued.token, pairingCode: issued.code)
         }
         let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + machineNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,

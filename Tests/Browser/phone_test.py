@@ -424,6 +424,51 @@ def scenario_links(tabs, args, result):
     tabs.close(fourth)
 
 
+def code_field(page):
+    return page.evaluate(
+        "(p => ({shown: !p.hidden && p.getBoundingClientRect().height > 0,"
+        " value: document.getElementById('pc-i').value,"
+        " placeholder: document.getElementById('pc-i').placeholder,"
+        " button: document.getElementById('pc-b').textContent}))(document.getElementById('pc'))")
+
+
+def type_code(page, code):
+    tap(page, "#pc-i")
+    page.evaluate("(i => (i.value = '', i.focus()))(document.getElementById('pc-i'))")
+    page.type_text(code)
+
+
+def scenario_code(tabs, args, result):
+    """An app on the home screen has no address bar to open a link in: the phone pairs by typing the
+    code the computer shows. A wrong code first (entered with the keyboard's Enter), then the right
+    one as a person might type it (lower case, a space for the dash), with the Pair button."""
+    page = tabs.open("phone")
+    open_page(page, lang_url(args))
+    memo = memo_text("before the code")
+    result["memo"] = memo
+    type_and_tap_send(page, memo)
+    result["not_paired"] = wait_state(page, "not_paired")
+    try:
+        page.wait_for("!document.getElementById('pc').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["field_before"] = code_field(page)
+    type_code(page, "ZZZZ-ZZZZ\n")
+    result["wrong"] = wait_state(page, "pairing_link_invalid")
+    result["wrong"]["field"] = code_field(page)
+    result["wrong"]["send_requests"] = statuses(requests_to(page, "POST", "/send"))
+    code = ask("pairing-code")
+    type_code(page, code.lower().replace("-", " "))
+    tap(page, "#pc-b")
+    result["paired"] = wait_state(page, "paired")
+    result["delivered_in"] = wait_outbox_empty(page)
+    time.sleep(0.5)  # a second POST of the memo would show up
+    result["settled"] = state(page)
+    result["field_after"] = code_field(page)
+    result["pair_requests"] = statuses(requests_to(page, "POST", "/pair"))
+    result["send_requests"] = statuses(requests_to(page, "POST", "/send"))
+
+
 def scenario_revoked(tabs, args, result):
     token = ask("pairing-token")
     page = tabs.open("phone")
@@ -500,7 +545,8 @@ def scenario_computer(tabs, args, result):
     page = open_pairing_dialog(tabs, args, result)
     link = r"""({open: document.getElementById('pairing').open, svg: !!document.querySelector('#qr svg'),
                  url: document.getElementById('pair-url').textContent,
-                 valid: document.getElementById('pair-valid').textContent})"""
+                 valid: document.getElementById('pair-valid').textContent,
+                 code: document.getElementById('pair-code').textContent})"""
     try:
         page.wait_for("document.getElementById('pair-url').textContent !== ''", timeout=15)
     except cdp.CDPError:
@@ -615,6 +661,7 @@ SCENARIOS = {
     "renewal": scenario_renewal,
     "local": scenario_local,
     "draft": scenario_draft,
+    "code": scenario_code,
 }
 
 if __name__ == "__main__":

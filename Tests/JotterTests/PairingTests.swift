@@ -262,6 +262,80 @@ import Testing
         #expect(!server.logs.captured.contains(token))
     }
 
+    @Test("A link's code, typed as a person might, pairs once, and spends the link with it")
+    func aLinksCodePairsOnceAsTyped() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let link = try Self.newLink(server)
+        let code = try #require(link["code"] as? String)
+        #expect(code.range(of: #"^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}$"#, options: .regularExpression) != nil, "\(code)")
+        // Lower case, a space for the dash, O for a zero and l for a one: all read as meant.
+        let typed = " " + code.lowercased().replacingOccurrences(of: "-", with: " ")
+            .replacingOccurrences(of: "0", with: "o").replacingOccurrences(of: "1", with: "l") + " "
+        let token = try Self.deviceToken(try Self.pair(server, typed, userAgent: Self.iPhone))
+        #expect(try Self.send(server, token: token).status == 204)
+        #expect(try server.application.devices?.list().map(\.name) == ["iPhone"])
+
+        // Spent: the code again, and the link it came with, are "used"; nobody gets a second device.
+        let again = try Self.pair(server, code)
+        #expect(again.status == 410 && again.errorCode == "pairing_link_used", "\(again.text)")
+        let viaLink = try Self.pair(server, try #require(link["token"] as? String))
+        #expect(viaLink.status == 410 && viaLink.errorCode == "pairing_link_used", "\(viaLink.text)")
+        #expect(try server.application.devices?.list().count == 1)
+        #expect(!server.logs.captured.contains(code) && !server.logs.captured.contains(String(code.prefix(4))))
+
+        // The link's token spends its code too.
+        let second = try Self.newLink(server)
+        #expect(try Self.pair(server, try #require(second["token"] as? String)).status == 201)
+        let secondCode = try #require(second["code"] as? String)
+        #expect(try Self.pair(server, secondCode).errorCode == "pairing_link_used")
+    }
+
+    @Test("A wrong code is a guess (counted toward the lockout); an expired one says so")
+    func wrongAndExpiredCodes() throws {
+        let clock = ManualClock(milliseconds: 1_800_000_000_000)
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory, clock: clock)
+        defer { server.stop() }
+        let expiring = try #require(try Self.newLink(server)["code"] as? String)
+        clock.advance(milliseconds: DeviceRegistry.pairingLifetime + 1)
+        let expired = try Self.pair(server, expiring)
+        #expect(expired.status == 410 && expired.errorCode == "pairing_link_expired", "\(expired.text)")
+
+        let live = try #require(try Self.newLink(server)["code"] as? String)
+        var statuses: [Int] = []
+        for guess in 0..<11 {
+            let wrong = try Self.pair(server, String(format: "ZZZZ-ZZ%02d", guess))
+            statuses.append(wrong.status)
+            if wrong.status == 401 { #expect(wrong.errorCode == "pairing_link_invalid") }
+        }
+        #expect(statuses.prefix(10).allSatisfy { $0 == 401 } && statuses.last == 429, "\(statuses)")
+        // Locked out, the right code waits too: a guesser cannot go on by switching to codes.
+        #expect(try Self.pair(server, live).status == 429)
+    }
+
+    @Test(arguments: [
+        ("K7Q2-M9XD", "K7Q2M9XD"), ("k7q2 m9xd", "K7Q2M9XD"), ("K7Q2M9XD", "K7Q2M9XD"), ("0OoI-1lL0", "00011110"),
+        ("K7Q2-M9X", nil), ("K7Q2-M9XDE", nil), ("K7Q2-M9XU", nil), ("", nil), ("K7Q2_M9XD", nil),
+        ("q3N1W0bC5hK9yZ2aX7mP4tR8sV6uE1fG3jD5kL0nB2c", nil),
+    ] as [(String, String?)])
+    func aCodeIsReadAsMeantAndNothingElseIsACode(typed: String, code: String?) {
+        #expect(PairingCode.normalized(typed) == code)
+    }
+
+    @Test func codesAreEightCharactersOfTheAlphabetAndVary() throws {
+        var seen = Set<String>()
+        for _ in 0..<200 {
+            let code = try PairingCode.random()
+            #expect(code.utf8.count == 8 && code.utf8.allSatisfy(PairingCode.alphabet.contains))
+            #expect(PairingCode.normalized(PairingCode.formatted(code)) == code)
+            seen.insert(code)
+        }
+        #expect(seen.count == 200)
+        #expect(Set(seen.flatMap { Array($0.utf8) }).count > 20, "some characters of the alphabet never come")
+    }
+
     @Test("Outside LAN mode the pairing routes are 404")
     func notLANMode() throws {
         let directory = TemporaryDirectory()
@@ -332,6 +406,11 @@ import Testing
         #expect(output.contains(":\(server.port)/#pair="))
         let paired = try PairingTests.pair(server, token)
         #expect(paired.status == 201, "the running server accepts a link from jotter pair: \(paired.text)")
+        // The same link as a code to type: printed, and spent with the link.
+        let codeRange = try #require(output.range(of: #"type the code [0-9A-Z]{4}-[0-9A-Z]{4}"#, options: .regularExpression),
+                                     "no code in: \(output)")
+        let code = String(output[codeRange].suffix(9))
+        #expect(try PairingTests.pair(server, code).errorCode == "pairing_link_used")
         let second = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
         #expect(second.status == 0 && second.standardOutput != output, "each run prints a new link")
 

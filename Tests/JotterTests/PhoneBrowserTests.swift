@@ -203,6 +203,36 @@ struct PhoneBrowserTests {
         try BrowserTests.expectDeliveredOnce(server, body: memo)
     }
 
+    @Test("A phone that cannot open a link (an app on its home screen) pairs by typing the code the computer shows")
+    func aTypedCodePairsThePhone() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.phoneServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let text = try BrowserTests.translations("en")
+        let seen = try Self.drive("code", server: server) { step in
+            #expect(step == "pairing-code")
+            return try registry.issuePairingToken().code
+        }
+        BrowserTests.expectClean(seen, allowing: Self.refusals(["/send": [401], "/pair": [401], "/history": [401]]))
+        let before = seen["field_before"]
+        #expect(before["shown"].bool == true, "no code field while not paired: \(before)")
+        #expect(before["placeholder"].string == text["pairCode"])
+        #expect(before["button"].string == text["pairBtn"])
+        // A wrong code says so; the memo still waits, and the field stays for the right one.
+        #expect(seen["wrong"]["state"]["code"].string == "pairing_link_invalid", "\(seen["wrong"])")
+        #expect(seen["wrong"]["field"]["shown"].bool == true)
+        #expect(seen["wrong"]["send_requests"].array.isEmpty, "\(seen["wrong"]["send_requests"])")
+        // The right one pairs, the memo goes once, and the field is gone.
+        #expect(seen["pair_requests"].array.map(\.int) == [401, 201], "POST /pair: \(seen["pair_requests"])")
+        #expect(seen["paired"]["state"]["code"].string == "paired", "\(seen["paired"])")
+        #expect(seen["delivered_in"].double != nil, "the memo never left the page")
+        #expect(seen["send_requests"].array.map(\.int) == [204], "POST /send: \(seen["send_requests"])")
+        #expect(seen["field_after"]["shown"].bool == false)
+        #expect(try registry.list().count == 1)
+        try Self.expectDelivered(server, bodies: [try #require(seen["memo"].string)])
+    }
+
     @Test("Revoked: says so, keeps its memos without retrying; paired again in the same tab, sends each once")
     func revokedPhoneSaysSoThenPairsAgain() throws {
         let directory = TemporaryDirectory()
@@ -308,10 +338,21 @@ struct PhoneBrowserTests {
             tokens.append(String(try #require(url.components(separatedBy: "#pair=").last)))
         }
         #expect(tokens.count == 2 && tokens[0] != tokens[1], "'New link' gave the same link")
+        // Each link's code, to type on a phone that cannot open a link: spent with it below.
+        let codeLine = try #require(text["pairCodeIs"])
+        let codes = try [seen["link"], seen["new_link"]].map { shown in
+            let line = try #require(shown["code"].string, "no code: \(shown)")
+            let code = line.replacingOccurrences(of: codeLine.replacingOccurrences(of: "{code}", with: ""), with: "")
+            #expect(PairingCode.normalized(code) != nil, "the code line: \(line)")
+            return code
+        }
         // Both links work (any number may be live), each once, on a phone (not on this computer).
         for token in tokens {
             let paired = try PairingTests.pair(server, token, from: "192.0.2.77")
             #expect(paired.status == 201, "\(paired.text)")
+        }
+        for code in codes {
+            #expect(try PairingTests.pair(server, code, from: "192.0.2.78").errorCode == "pairing_link_used")
         }
     }
 

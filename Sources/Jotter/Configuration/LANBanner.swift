@@ -36,6 +36,9 @@ public enum LANBanner {
             lines.append("or scan:")
             lines.append(contentsOf: code)
         }
+        if let code = lan.pairingCode {
+            lines.append("or, in the phone's Jotter page (an app on its home screen, say), type the code \(code)")
+        }
         return lines.joined(separator: "\n")
     }
 }

@@ -12,7 +12,7 @@ public enum PairCommand {
                                                     credentialsDirectory: credentialsDirectory) { registry in
             try registry.issuePairingToken()
         }
-        guard let lan = LANRuntimeFile.read(dataDirectory: dataDirectory, token: token.token) else {
+        guard var lan = LANRuntimeFile.read(dataDirectory: dataDirectory, token: token.token) else {
             throw CommandLineOptions.UsageError(description: "the server in \(dataDirectory) stopped")
         }
         // No link to print is a failure for a script, not a success with a remark.
@@ -20,6 +20,7 @@ public enum PairCommand {
             throw CommandLineOptions.UsageError(description: "the server has no LAN address a phone could reach "
                 + "(is this machine on a network? with --host, is it a LAN address?)")
         }
+        lan.pairingCode = token.code
         return LANBanner.text(lan)
     }
 }

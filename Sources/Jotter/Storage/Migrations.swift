@@ -111,6 +111,12 @@ enum Migrations {
         ALTER TABLE pairing_tokens ADD COLUMN request_hash BLOB;
         ALTER TABLE pairing_tokens ADD COLUMN device_id TEXT;
         """,
+        // Each link also has a short code to type (a home-screen app has no address bar to open a link
+        // in): its keyed hash, found through its own index.
+        """
+        ALTER TABLE pairing_tokens ADD COLUMN code_hash BLOB;
+        CREATE INDEX pairing_tokens_code ON pairing_tokens(code_hash) WHERE code_hash IS NOT NULL;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

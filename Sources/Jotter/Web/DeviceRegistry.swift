@@ -22,6 +22,8 @@ public final class DeviceRegistry: Sendable {
     public struct PairingToken: Sendable {
         /// The token (goes into the link's fragment, never into a log).
         public var token: String
+        /// The same link as a code to type, `K7Q2-M9XD` (`PairingCode`): either one pairs, once.
+        public var code: String
         /// When it stops working, epoch ms.
         public var expiresAt: Int64
     }
@@ -88,6 +90,11 @@ public final class DeviceRegistry: Sendable {
         HMAC.sha256(Array(token.utf8), key: hashingKey)
     }
 
+    /// A pairing code's keyed hash (of its normalized form), apart from every token's.
+    private func codeHash(_ normalized: String) -> [UInt8] {
+        hash("pairing code " + normalized)
+    }
+
     /// 32 random bytes, base64url without padding.
     static func newToken() throws -> String {
         MIME.base64(try SecureRandom.bytes(count: 32))
@@ -98,16 +105,17 @@ public final class DeviceRegistry: Sendable {
     /// A new one-time pairing link secret, valid for `linkLifetime` (10 minutes). Any number may be live
     /// at once.
     public func issuePairingToken() throws -> PairingToken {
-        let token = try Self.newToken()
+        let token = try Self.newToken(), code = try PairingCode.random()
         let now = clock.nowMilliseconds()
         let expiry = now + linkLifetime
         try database.write { database in
                 try database.run("DELETE FROM pairing_tokens WHERE expires_at < ?",
                                  [.integer(now - Self.pairingMemory)])
-                try database.run("INSERT INTO pairing_tokens (token_hash, created_at, expires_at) VALUES (?, ?, ?)",
-                                 [.blob(hash(token)), .integer(now), .integer(expiry)])
+                try database.run("""
+                    INSERT INTO pairing_tokens (token_hash, code_hash, created_at, expires_at) VALUES (?, ?, ?, ?)
+                    """, [.blob(hash(token)), .blob(codeHash(code)), .integer(now), .integer(expiry)])
         }
-        return PairingToken(token: token, expiresAt: expiry)
+        return PairingToken(token: token, code: PairingCode.formatted(code), expiresAt: expiry)
     }
 
     /// Exchanges a pairing token for a new device named `deviceName`. The token is spent in the same
@@ -120,15 +128,19 @@ public final class DeviceRegistry: Sendable {
     public func pair(pairingToken: String, deviceName: String, request: String? = nil) throws -> PairOutcome {
         guard !pairingToken.isEmpty, pairingToken.utf8.count <= 128 else { return .unknown }
         let now = clock.nowMilliseconds()
-        let key = hash(pairingToken)
+        // A link's token, or the code typed for it (told apart by shape: a token is 43 characters).
+        let lookup = PairingCode.normalized(pairingToken).map { ("code_hash", codeHash($0)) }
+            ?? ("token_hash", hash(pairingToken))
         let requestHash = request.flatMap { (16...128).contains($0.utf8.count) ? hash("pair request " + $0) : nil }
         let name = String(SubjectLine.sanitized(deviceName).prefix(60))
         return try database.write { database -> PairOutcome in
                 guard let link = try database.statement(
-                    "SELECT expires_at, used_at, request_hash, device_id FROM pairing_tokens WHERE token_hash = ?"
-                ).firstRow([.blob(key)], {
-                    (expiresAt: $0.int64(0), usedAt: $0.optionalInt64(1), requestHash: $0.blob(2), deviceID: $0.text(3))
+                    "SELECT expires_at, used_at, request_hash, device_id, token_hash FROM pairing_tokens WHERE \(lookup.0) = ?"
+                ).firstRow([.blob(lookup.1)], {
+                    (expiresAt: $0.int64(0), usedAt: $0.optionalInt64(1), requestHash: $0.blob(2), deviceID: $0.text(3),
+                     key: $0.blob(4) ?? [])
                 }) else { return .unknown }
+                let key = link.key
                 if link.usedAt != nil {
                     guard let requestHash, let stored = link.requestHash, HMAC.constantTimeEquals(stored, requestHash),
                           link.expiresAt > now, let id = link.deviceID,

@@ -23,6 +23,8 @@ public struct LANInfo: Sendable {
     public var trustAnchor: TrustAnchor?
     /// The pairing token printed at start (10 minutes, one use); more come from `jotter pair` or the page.
     public var pairingToken: String
+    /// The same link as a code to type on the phone (`K7Q2-M9XD`), when there is one.
+    public var pairingCode: String?
     /// The bound port.
     public var port = 0
 
@@ -42,7 +44,8 @@ public struct LANInfo: Sendable {
 
 /// The pairing routes (LAN mode):
 /// - `GET /pairing` — where this device stands (paired, not paired, revoked), for the page;
-/// - `POST /pair` `{"pairing_token": "…"}` → `201 {"device_token", "device_id", "name"}`;
+/// - `POST /pair` `{"pairing_token": "…"}` (a link's token, or its code as typed) → `201 {"device_token",
+///   "device_id", "name"}`;
 /// - `POST /pair/link` — a fresh one-time link and its QR code, for the computer's own page only;
 /// - `GET /jotter-ca.crt`, `GET /jotter-ca.mobileconfig` — the CA for the phone to trust.
 struct PairRoute: Sendable {
@@ -92,6 +95,10 @@ struct PairRoute: Sendable {
                 $0.field("already_paired", true)
             }
             return .json(200, json.bytes)
+        }
+        // A code is short enough to guess at: once locked out, no code is even looked at.
+        if PairingCode.normalized(pairingToken) != nil, let refusal = policy.lockedOut(client: request.remoteAddress) {
+            return refusal
         }
         let given = body["name"]?.string.map { SubjectLine.sanitized($0) } ?? ""
         let name = given.isEmpty ? DeviceName.from(request.headers) : given
@@ -186,6 +193,7 @@ struct PairRoute: Sendable {
             object.key("urls")
             object.array { array in urls.forEach { array.value($0) } }
             object.field("token", issued.token)
+            object.field("code", issued.code)
             object.field("expires_at", Timestamp.iso8601(milliseconds: issued.expiresAt))
             object.field("qr_svg", urls.first.flatMap(QRCode.svg))
             writeTrustAnchor(&object)

@@ -36,6 +36,15 @@ public final class RateLimiter: Sendable {
     /// address its /64's, as for the connection limits); nil when allowed, else the seconds until one
     /// is available.
     public func retryAfter(client address: String) -> Int? {
+        take(client: address, spend: true)
+    }
+
+    /// The seconds until `client` has a token again, taking none; nil when it has one now.
+    public func waiting(client address: String) -> Int? {
+        take(client: address, spend: false)
+    }
+
+    private func take(client address: String, spend: Bool) -> Int? {
         let client = ConnectionRegistry.client(address: address)
         // Monotonic: with the wall clock, one set back an hour drained every bucket by an hour's tokens,
         // and each client seen before was refused for that hour.
@@ -51,7 +60,7 @@ public final class RateLimiter: Sendable {
             bucket.tokens = min(limits.burst, bucket.tokens + Double(now - bucket.updated) / 1000 * limits.perSecond)
             bucket.updated = now
             if bucket.tokens >= 1 {
-                bucket.tokens -= 1
+                if spend { bucket.tokens -= 1 }
                 buckets[client] = bucket
                 return nil
             }

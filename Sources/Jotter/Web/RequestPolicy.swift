@@ -114,14 +114,23 @@ public final class RequestPolicy: Sendable {
     }
 
     /// Counts a failed token or pairing attempt: `401`, or `429` once the client has failed too often.
+    /// `429` while `client` is locked out by its failed attempts, counting nothing; nil otherwise. Asked
+    /// before a guess that is short enough to be worth making (a pairing code) is even looked at: an
+    /// answer that told a right guess from a wrong one while locked out would let the guessing go on.
+    func lockedOut(client: String) -> HTTPResponse? {
+        failedAttempts.waiting(client: client).map(Self.tooManyAttempts)
+    }
+
+    private static func tooManyAttempts(_ seconds: Int) -> HTTPResponse {
+        var response = HTTPResponse.error(429, code: "too_many_attempts",
+                                          message: "Too many failed attempts; wait before trying again.")
+        response.headers.add(name: "Retry-After", value: String(seconds))
+        return response
+    }
+
     func failedAttempt(client: String, code: String = "invalid_token",
                        message: String = "This device token is not valid here; pair this device again.") -> HTTPResponse {
-        if let seconds = failedAttempts.retryAfter(client: client) {
-            var response = HTTPResponse.error(429, code: "too_many_attempts",
-                                              message: "Too many failed attempts; wait before trying again.")
-            response.headers.add(name: "Retry-After", value: String(seconds))
-            return response
-        }
+        if let seconds = failedAttempts.retryAfter(client: client) { return Self.tooManyAttempts(seconds) }
         return Self.unauthorized(code, message)
     }
 
