@@ -272,7 +272,7 @@ struct BrowserTests {
         #expect(entries.first?["text"].string?.contains(strings["error_relay_pending"] ?? "?") == true, "\(seen["history"])")
         #expect(entries.first?["retry"].bool == false)
         let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
-        #expect(try server.outbox.history.record(id: id)?.status == .retrying)
+        #expect([.retrying, .sending].contains(try server.outbox.history.record(id: id)?.status))
     }
 
     @Test("Text shared from another app opens in the page ready to send, and is not sent by itself")

@@ -205,7 +205,7 @@ import Testing
                 DROP INDEX messages_stopped;
                 CREATE INDEX messages_stopped ON messages(status, created_at)
                     WHERE status IN ('failed', 'held', 'cancelled');
-                DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
+                DROP TABLE relay_handovers; DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
                 ALTER TABLE pairing_tokens DROP COLUMN request_hash; ALTER TABLE pairing_tokens DROP COLUMN device_id;
                 PRAGMA user_version = 8;
                 """)
@@ -231,7 +231,7 @@ import Testing
         do {
             let database = try Database(path: path)
             try database.execute("""
-                DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
+                DROP TABLE relay_handovers; DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
                 ALTER TABLE pairing_tokens DROP COLUMN request_hash; ALTER TABLE pairing_tokens DROP COLUMN device_id;
                 DROP INDEX messages_stopped; DROP INDEX messages_subject_kept; PRAGMA user_version = 7;
                 """)

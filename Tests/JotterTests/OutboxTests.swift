@@ -874,7 +874,7 @@ enum WALFile {
                 DROP TABLE messages; ALTER TABLE old RENAME TO messages;
                 CREATE INDEX messages_waiting ON messages(next_attempt_at, seq) WHERE status IN ('queued', 'retrying');
                 CREATE INDEX messages_in_flight ON messages(lease_until) WHERE status = 'sending';
-                DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
+                DROP TABLE relay_handovers; DROP INDEX pairing_tokens_code; ALTER TABLE pairing_tokens DROP COLUMN code_hash;
                 ALTER TABLE pairing_tokens DROP COLUMN request_hash; ALTER TABLE pairing_tokens DROP COLUMN device_id;
                 PRAGMA user_version = 6;
                 """)

@@ -283,6 +283,32 @@ import Testing
         #expect(mail.messages.filter { $0.id == id }.count == 2, "one refused attempt, one delivered")
     }
 
+    /// A retry is another send: it costs what sending did, so a device cannot make the relay mail a
+    /// refusing provider without end.
+    @Test func aRetryIsChargedAsASend() throws {
+        let directory = TemporaryDirectory()
+        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
+            $0.limits.devicePerMinute = nil
+            $0.limits.devicePerDay = 2
+        }
+        defer { relay.stop() }
+        let alice = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let id = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused").json
+            as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
+        let first = try relay.json("POST", "/v1/messages/\(id)/retry", secret: alice.secret)
+        #expect(first.status == 200, "\(first.text)")
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
+        let second = try relay.json("POST", "/v1/messages/\(id)/retry", secret: alice.secret)
+        #expect(second.status == 429 && second.errorCode == "rate_limited", "\(second.status) \(second.text)")
+        #expect(second.header("Retry-After") != nil)
+        #expect(relay.status(alice.secret, of: id) == "failed")
+        #expect(mail.messages.filter { $0.id == id }.count == 2)
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func badBodiesGetClearErrors(store kind: RelayStoreKind) throws {
         let store = try RelayTestStore(kind)

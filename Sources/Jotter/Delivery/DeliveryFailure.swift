@@ -20,7 +20,12 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case unverified
         /// A Jotter relay has the memo and has not delivered it yet: this composer asks again later.
         case relayPending = "relay_pending"
+        /// A Jotter relay has the memo but cannot mail anyone now (its own mail credentials are refused).
+        case relayHeld = "relay_held"
     }
+
+    /// A Jotter relay has the memo: not a failure of this composer's, and asked about again soon.
+    public var isAtTheRelay: Bool { kind == .relayPending || kind == .relayHeld }
 
     /// The failure's kind.
     public var kind: Kind

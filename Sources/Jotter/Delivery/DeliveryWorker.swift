@@ -545,7 +545,10 @@ public final class DeliveryWorker: @unchecked Sendable {
         let offline = error.isOffline
         if offline { goOffline() }
         let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
-        let probeAt = now + configuration.offlineProbeMilliseconds, policy = configuration.retryPolicy
+        let probeAt = now + configuration.offlineProbeMilliseconds
+        var capped = configuration.retryPolicy
+        if error.isAtTheRelay { capped.capMilliseconds = min(capped.capMilliseconds, Self.relayCheckCapMilliseconds) }
+        let policy = capped
         // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
         let refused = error.refusesTheRelay
         if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
@@ -559,9 +562,9 @@ public final class DeliveryWorker: @unchecked Sendable {
                 try lifecycle.attemptFailed(error, now: now, policy: policy, random: jitter)
             }
         }
-        // Not a failure: the Jotter relay has the memo and has not delivered it yet.
-        let pending = error.kind == .relayPending
-        if pending { relayAccepts() }  // it took the memo: whatever refusal held memos is over
+        // Not a failure: the Jotter relay has the memo and has not delivered it yet. Asked about again on
+        // the ladder, but at least every five minutes: the relay may deliver it any moment.
+        let pending = error.isAtTheRelay
         logger.log(level: pending ? .info : .warning,
                    pending ? "handed to the relay, not delivered there yet" : "delivery failed", metadata: [
             "message.id": claimed.id, "attempt": "\(claimed.attempt)", "error.kind": error.kind.rawValue,
@@ -569,6 +572,9 @@ public final class DeliveryWorker: @unchecked Sendable {
             "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",
         ])
     }
+
+    /// The longest wait between two questions about a memo a Jotter relay has (`isAtTheRelay`).
+    static let relayCheckCapMilliseconds: Int64 = 300_000
 
     /// A lifecycle step decided for a memo, to be persisted.
     private struct Outcome: Sendable {

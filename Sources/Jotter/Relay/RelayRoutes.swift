@@ -45,7 +45,7 @@ struct RelayRoutes: Sendable {
         }
         add(&router, "POST", "/v1/messages/{id}/retry") { request, parameters, respond in
             authenticated(request, respond) { device in
-                respond(status(id: parameters["id"] ?? "", device: device, retrying: true))
+                respond(status(id: parameters["id"] ?? "", device: device, retryingFor: request.remoteAddress))
             }
         }
         return router
@@ -295,16 +295,25 @@ struct RelayRoutes: Sendable {
         return response
     }
 
-    /// Message `id`'s record; with `retrying`, a message the relay gave up on (`failed`) is first put
-    /// back in its queue — its sender's Retry, passed on. Any other status is left as it is, so asking
-    /// twice does no more than asking once.
-    private func status(id: String, device: String, retrying: Bool = false) -> HTTPResponse {
+    /// Message `id`'s record; with `retryingFor` (the client), a message the relay gave up on (`failed`)
+    /// is first put back in its queue — its sender's Retry, passed on, charged as a send. Any other
+    /// status is left as it is, so asking twice does no more than asking once.
+    private func status(id: String, device: String, retryingFor client: String? = nil) -> HTTPResponse {
         answering {
             let id = id.lowercased()
-            guard id.utf8.count <= 64,
-                  let record = try retrying ? service.retry(deviceID: device, id: id) : service.status(deviceID: device, id: id)
-            else {
-                return .error(404, code: "not_found", message: "This device sent no such message.")
+            let notFound = HTTPResponse.error(404, code: "not_found", message: "This device sent no such message.")
+            guard id.utf8.count <= 64 else { return notFound }
+            let record: MessageRecord
+            if let client {
+                switch try service.retry(deviceID: device, id: id, client: client) {
+                case nil: return notFound
+                case .limited(let states)?:
+                    return Self.limited(states, code: "rate_limited", message: "Too many messages; try again later.")
+                case .record(let found)?: record = found
+                }
+            } else {
+                guard let found = try service.status(deviceID: device, id: id) else { return notFound }
+                record = found
             }
             var json = JSONWriter()
             json.object { json in

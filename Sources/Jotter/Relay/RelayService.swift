@@ -279,11 +279,24 @@ public final class RelayService: Sendable {
         return try outbox.record(id: id)
     }
 
+    /// What asking to retry a message led to.
+    public enum RetryOutcome: Sendable {
+        /// The message's record afterwards (`queued` if it was put back).
+        case record(MessageRecord)
+        /// A retry is another send: refused by the device's (or the client's) message limits.
+        case limited([LimitState])
+    }
+
     /// Puts message `id` back in the queue if the relay gave up on it (`failed`): its sender pressed
-    /// Retry. Any other status is left alone. The message's record afterwards, if this device sent it.
-    public func retry(deviceID: String, id: String) throws -> MessageRecord? {
-        guard try store.messageOwner(id: id) == deviceID else { return nil }
+    /// Retry. That costs what sending it did (the message limits), so retries cannot make the relay mail
+    /// without end. Any other status is left alone. Nil if this device sent no such message.
+    public func retry(deviceID: String, id: String, client: String) throws -> RetryOutcome? {
+        guard try store.messageOwner(id: id) == deviceID, let record = try outbox.record(id: id) else { return nil }
+        guard record.status == .failed else { return .record(record) }
         let now = clock.nowMilliseconds()
+        if case .refused(let states) = try store.spend(messageCharges(deviceID: deviceID, client: client), now: now) {
+            return .limited(states)
+        }
         do {
             let requeued = try outbox.transition(id: id, durable: true) { lifecycle throws(DeliveryLifecycle.Refusal) in
                 try lifecycle.retryFailed(now: now)
@@ -293,9 +306,9 @@ public final class RelayService: Sendable {
                 onRequeued.withLock { $0 }?()
             }
         } catch is DeliveryLifecycle.Refusal {
-            // Not failed: on its way, or delivered. Nothing to do.
+            // No longer failed (another request retried it first): nothing more to do.
         }
-        return try outbox.record(id: id)
+        return try outbox.record(id: id).map(RetryOutcome.record)
     }
 
     /// Runs after `retry` put a message back in the queue (the delivery worker's wake-up).

@@ -117,6 +117,16 @@ enum Migrations {
         ALTER TABLE pairing_tokens ADD COLUMN code_hash BLOB;
         CREATE INDEX pairing_tokens_code ON pairing_tokens(code_hash) WHERE code_hash IS NOT NULL;
         """,
+        // A memo a Jotter relay took (its 202), until the memo is sent here: the relay and its id for
+        // the memo, so every later attempt asks about that message instead of posting the memo again.
+        """
+        CREATE TABLE relay_handovers (
+            memo_id TEXT PRIMARY KEY,
+            relay TEXT NOT NULL,
+            relay_message_id TEXT NOT NULL,
+            failure_reported INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

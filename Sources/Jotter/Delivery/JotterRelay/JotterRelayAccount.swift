@@ -171,28 +171,21 @@ final class JotterRelayAccount: Sendable {
         return segment
     }
 
-    /// A memo the relay took (its `202`), until the relay says it delivered it: the relay's id for it,
-    /// and whether the relay's giving up on it was reported (then the memo's next attempt is its
-    /// sender's Retry, passed on to the relay instead of sending the memo again).
-    struct Handover: Sendable, Equatable {
-        var relayID: String
-        var failureReported = false
+    /// Memo `memo`'s handover, if a relay took it (this one, or another this composer used before).
+    func handover(of memo: String) throws(DeliveryFailure) -> RelayHandovers.Handover? {
+        try stored { try RelayHandovers(database: $0.database).find(memo: memo) }
     }
 
-    private func handoverName(_ memo: String) -> String { name("message.\(memo)") }
-
-    /// Memo `memo`'s handover, if the relay took it and has not yet delivered it.
-    func handover(of memo: String) throws(DeliveryFailure) -> Handover? {
-        guard let stored = try stored({ try $0.read(handoverName(memo)) }) else { return nil }
-        let parts = stored.split(separator: " ")
-        guard let id = parts.first, Self.isMessageID(id) else { return nil }
-        return Handover(relayID: String(id), failureReported: parts.dropFirst().first == "failed")
+    /// Records that this relay took memo `memo` as message `messageID` (and whether its giving up on it
+    /// was reported here).
+    func recordHandover(of memo: String, messageID: String, failureReported: Bool = false) throws(DeliveryFailure) {
+        let handover = RelayHandovers.Handover(relay: client.baseURL, messageID: messageID, failureReported: failureReported)
+        try stored { try RelayHandovers(database: $0.database).record(handover, memo: memo) }
     }
 
-    /// Records (or, with nil, forgets) memo `memo`'s handover.
-    func record(_ handover: Handover?, of memo: String) throws(DeliveryFailure) {
-        let value = handover.map { $0.relayID + ($0.failureReported ? " failed" : "") }
-        try stored { try $0.write(handoverName(memo), value: value) }
+    /// Forgets memo `memo`'s handover: the relay no longer has the message, and the memo goes anew.
+    func forgetHandover(of memo: String) throws(DeliveryFailure) {
+        try stored { try RelayHandovers(database: $0.database).forget(memo: memo) }
     }
 
     /// A relay message id as it goes into a path: 1–64 of `0-9 a-z -` (the relay's ids are UUIDs).

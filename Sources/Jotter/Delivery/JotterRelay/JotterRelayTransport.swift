@@ -5,10 +5,11 @@ import Glibc
 /// is recognised by the relay and nothing goes out twice.
 ///
 /// The relay's `202` is not the end: a memo is `sent` only once the relay says it delivered it
-/// (`GET /v1/messages/{id}`). The relay's id for it is kept (a `Handover`) from its `202` on, so every
-/// later attempt asks about that message and never posts the memo again. The relay usually delivers
-/// within a second, and an attempt waits that long for it; until then each attempt is a question
-/// (`relay_pending`, retried on the backoff ladder). If the relay gives up on it (a mail provider's
+/// (`GET /v1/messages/{id}`). The relay's id for it is kept (`RelayHandovers`) from its `202` on, so
+/// every later attempt asks about that message and never posts the memo again. The relay usually
+/// delivers within a second, and an attempt waits that long for it; until then each attempt is a
+/// question (`relay_pending`, or `relay_held` while the relay cannot mail anyone; retried on the backoff
+/// ladder, capped at five minutes). If the relay gives up on it (a mail provider's
 /// permanent refusal), the memo is `failed` here too, with the relay's reason; its Retry asks the relay
 /// to retry that same message (`POST /v1/messages/{id}/retry`).
 ///
@@ -17,12 +18,19 @@ import Glibc
 struct JotterRelayTransport: Transport {
     let account: JotterRelayAccount
     /// How long an attempt waits, between questions, for the relay to deliver a memo it just took
-    /// (about three seconds in all).
-    var checkDelaysMilliseconds: [Int64] = [50, 100, 200, 400, 800, 1500]
+    /// (0.75 s in all: long enough for a relay that delivers at once, short enough not to hold a
+    /// delivery slot while a slow one works).
+    var checkDelaysMilliseconds: [Int64] = [50, 100, 200, 400]
 
     func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         if let handover = try account.handover(of: message.id) {
-            return try follow(message.id, handover, waiting: false)
+            if handover.relay == account.client.baseURL {
+                return try follow(message.id, handover)
+            }
+            // Taken by the relay this composer used before: still in its hands (it delivers it), unless
+            // it gave up on it, and then this relay is asked instead.
+            guard handover.failureReported else { return DeliveryReceipt(alreadyDelivered: true) }
+            try account.forgetHandover(of: message.id)
         }
         guard let to = try account.destination().address else { throw DeliveryFailure(.unverified, permanent: true) }
         let (subject, body) = Self.fitted(subject: message.subject, body: message.body)
@@ -39,9 +47,9 @@ struct JotterRelayTransport: Transport {
             guard let id = answer.json?["id"]?.string?.lowercased(), JotterRelayAccount.isMessageID(id) else {
                 return DeliveryReceipt()
             }
-            let handover = JotterRelayAccount.Handover(relayID: id)
-            try account.record(handover, of: message.id)
-            return try follow(message.id, handover, waiting: true)
+            try account.recordHandover(of: message.id, messageID: id)
+            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id),
+                              waiting: true)
         case (403, "destination_unverified"), (401, _):
             try account.lostVerification(of: to)
             throw DeliveryFailure(.unverified, permanent: true)
@@ -58,19 +66,19 @@ struct JotterRelayTransport: Transport {
 
     /// Asks the relay what became of the message it took for memo `memo` — after passing on the memo's
     /// Retry, if its failure was reported — waiting a little for it to be delivered if `waiting`.
-    private func follow(_ memo: String, _ handover: JotterRelayAccount.Handover,
-                        waiting: Bool) throws(DeliveryFailure) -> DeliveryReceipt {
-        let path = "/v1/messages/" + handover.relayID
+    private func follow(_ memo: String, _ handover: RelayHandovers.Handover,
+                        waiting: Bool = false) throws(DeliveryFailure) -> DeliveryReceipt {
+        let path = "/v1/messages/" + handover.messageID
         var answer: JotterRelayClient.Answer
         if handover.failureReported {
             answer = try account.call(path + "/retry", method: "POST")
             if answer.status == 404 {
                 // The relay no longer knows it (a month on, or this composer registered anew): the
                 // memo, still here in full, goes to the relay again as a new message.
-                try account.record(nil, of: memo)
+                try account.forgetHandover(of: memo)
                 throw DeliveryFailure(.relayPending, permanent: false)
             }
-            if answer.status == 200 { try account.record(JotterRelayAccount.Handover(relayID: handover.relayID), of: memo) }
+            if answer.status == 200 { try account.recordHandover(of: memo, messageID: handover.messageID) }
         } else {
             answer = try account.call(path)
         }
@@ -81,11 +89,15 @@ struct JotterRelayTransport: Transport {
             case 200:
                 switch answer.json?["status"]?.string {
                 case "sent":
-                    try account.record(nil, of: memo)
+                    // The handover stays until the memo is sent here (`RelayHandovers`).
                     return DeliveryReceipt()
                 case "failed", "cancelled":
-                    try account.record(JotterRelayAccount.Handover(relayID: handover.relayID, failureReported: true), of: memo)
+                    try account.recordHandover(of: memo, messageID: handover.messageID, failureReported: true)
                     throw DeliveryFailure(Self.relayFailure(answer.json?["last_error"]?.string), permanent: true)
+                case "held":
+                    // The relay cannot mail anyone now (its own credentials are refused): it keeps the
+                    // message until its operator fixes that.
+                    throw DeliveryFailure(.relayHeld, permanent: false)
                 default:
                     guard let delay = delays.popFirst() else { throw DeliveryFailure(.relayPending, permanent: false) }
                     usleep(UInt32(delay * 1000))
@@ -94,8 +106,7 @@ struct JotterRelayTransport: Transport {
             case 404:
                 // Forgotten by the relay (its records last 30 days), or asked by a device this composer
                 // registered since: the relay took it durably, and that is the last word there is.
-                try account.record(nil, of: memo)
-                return DeliveryReceipt()
+                return DeliveryReceipt(alreadyDelivered: true)
             default:
                 throw JotterRelayClient.failure(answer)
             }
