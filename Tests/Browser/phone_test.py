@@ -454,11 +454,13 @@ def scenario_code(tabs, args, result):
         pass
     result["field_before"] = code_field(page)
     type_code(page, "ZZZZ-ZZZZ\n")
-    result["wrong"] = wait_state(page, "pairing_link_invalid")
+    result["wrong"] = wait_state(page, "code_invalid")
     result["wrong"]["field"] = code_field(page)
     result["wrong"]["send_requests"] = statuses(requests_to(page, "POST", "/send"))
     code = ask("pairing-code")
-    type_code(page, code.lower().replace("-", " "))
+    # As a Japanese keyboard might give it: full-width characters and a Unicode dash.
+    page.evaluate("(i => (i.value = '', i.focus()))(document.getElementById('pc-i'))")
+    page.send("Input.insertText", {"text": "".join(chr(ord(c) + 0xFEE0) if c != "-" else "\u2010" for c in code.lower())})
     tap(page, "#pc-b")
     result["paired"] = wait_state(page, "paired")
     result["delivered_in"] = wait_outbox_empty(page)

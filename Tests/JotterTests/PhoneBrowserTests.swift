@@ -220,7 +220,8 @@ struct PhoneBrowserTests {
         #expect(before["placeholder"].string == text["pairCode"])
         #expect(before["button"].string == text["pairBtn"])
         // A wrong code says so; the memo still waits, and the field stays for the right one.
-        #expect(seen["wrong"]["state"]["code"].string == "pairing_link_invalid", "\(seen["wrong"])")
+        #expect(seen["wrong"]["state"]["code"].string == "code_invalid", "\(seen["wrong"])")
+        #expect(seen["wrong"]["state"]["text"].string == text["state_code_invalid"], "\(seen["wrong"])")
         #expect(seen["wrong"]["field"]["shown"].bool == true)
         #expect(seen["wrong"]["send_requests"].array.isEmpty, "\(seen["wrong"]["send_requests"])")
         // The right one pairs, the memo goes once, and the field is gone.

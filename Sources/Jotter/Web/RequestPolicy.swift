@@ -113,7 +113,6 @@ public final class RequestPolicy: Sendable {
         return response
     }
 
-    /// Counts a failed token or pairing attempt: `401`, or `429` once the client has failed too often.
     /// `429` while `client` is locked out by its failed attempts, counting nothing; nil otherwise. Asked
     /// before a guess that is short enough to be worth making (a pairing code) is even looked at: an
     /// answer that told a right guess from a wrong one while locked out would let the guessing go on.
@@ -128,6 +127,7 @@ public final class RequestPolicy: Sendable {
         return response
     }
 
+    /// Counts a failed token or pairing attempt: `401`, or `429` once the client has failed too often.
     func failedAttempt(client: String, code: String = "invalid_token",
                        message: String = "This device token is not valid here; pair this device again.") -> HTTPResponse {
         if let seconds = failedAttempts.retryAfter(client: client) { return Self.tooManyAttempts(seconds) }
