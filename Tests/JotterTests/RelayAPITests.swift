@@ -283,6 +283,36 @@ import Testing
         #expect(mail.messages.filter { $0.id == id }.count == 2, "one refused attempt, one delivered")
     }
 
+    /// A new mail configuration releases what the relay's own refusal held, but not a message the mail
+    /// provider refused: its composer was told, and only its Retry sends it again (re-sent here too, it
+    /// could go out twice, once from another relay the composer has moved to).
+    @Test func aMailConfigurationChangeReleasesTheHeldButNotTheRefused() throws {
+        let directory = TemporaryDirectory()
+        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        var relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail)
+        let alice = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let refused = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused").json
+            as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: refused) == "failed" })
+        mail.fail(with: DeliveryFailure(.auth, permanent: true))
+        let held = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "held").json
+            as? [String: Any])?["id"] as? String)
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: held) == "held" })
+        relay.stop()
+
+        mail.release()
+        relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
+            $0.mail = "maildir:" + directory.file("new-maildir")
+        }
+        defer { relay.stop() }
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: held) == "sent" })
+        #expect(try relay.finishDeliveries())
+        #expect(relay.status(alice.secret, of: refused) == "failed")
+        #expect(mail.messages.filter { $0.id == refused }.count == 1, "the refused message was sent again")
+    }
+
     /// A retry is another send: it costs what sending did, so a device cannot make the relay mail a
     /// refusing provider without end.
     @Test func aRetryIsChargedAsASend() throws {

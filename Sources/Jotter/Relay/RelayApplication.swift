@@ -108,9 +108,13 @@ public final class RelayApplication: Sendable {
     /// is closed again then.
     public func start() throws {
         do {
+            // What the relay's own refusal held goes again. A message the mail provider refused (`failed`)
+            // is not re-queued: its composer was told so, and its Retry (`POST /v1/messages/{id}/retry`)
+            // is what sends it again — re-sent here as well, it could go out twice, once from a relay
+            // the composer has moved to.
             if try outbox.configurationChanged("relay", fingerprint: mailFingerprint) {
-                let count = try outbox.requeueFailed() + outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
-                logger.notice("mail configuration changed; failed messages re-queued", metadata: ["count": "\(count)"])
+                let count = try outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+                logger.notice("mail configuration changed; held messages re-queued", metadata: ["count": "\(count)"])
             }
             // The data directory's lock proves no other process holds a key in flight.
             try service.recoverInterrupted()

@@ -126,6 +126,9 @@ public final class Database {
     }
 
     private func walFile() -> UnsafeMutablePointer<sqlite3_file>? {
+        // A closed connection is freed: asking it anything would read freed memory. (A delivery that
+        // outlived a shutdown may still record its outcome; the write then fails as `checkOpen` says.)
+        guard !isClosed else { return nil }
         var file: UnsafeMutableRawPointer?
         guard sqlite3_file_control(connection, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK else {
             return nil
