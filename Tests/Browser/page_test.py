@@ -226,6 +226,24 @@ def settle(page, result):
     result["send_requests"] = send_requests(page)
 
 
+def send_new_memo(page, result, text):
+    """Types `text` and a random tail (result["memo"]) and sends it with Ctrl+Enter."""
+    memo = "%s %s" % (text, secrets.token_hex(4))
+    result["memo"] = memo
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    return memo
+
+
+def open_history(page, ready, timeout):
+    """Opens History and waits (up to `timeout` s) until the page script `ready` is true."""
+    page.click(*page.center_of("#history-open"))
+    try:
+        page.wait_for(ready, timeout=timeout)
+    except cdp.CDPError:
+        pass
+
+
 def scenario_send(page, url, result):
     load(page, url)
     memo = "Buy oat milk\nand bread %s" % secrets.token_hex(4)
@@ -367,10 +385,7 @@ def scenario_relay(page, url, result):
     """The relay refuses (the caller's server fails every delivery as auth): send a memo, wait for the
     page's relay line, then open History."""
     load(page, url)
-    memo = "Written while the mail server refuses %s" % secrets.token_hex(4)
-    result["memo"] = memo
-    page.type_text(memo)
-    page.press_ctrl_enter()
+    send_new_memo(page, result, "Written while the mail server refuses")
     try:
         page.wait_for("!document.getElementById('relay').hidden", timeout=15)
     except cdp.CDPError:
@@ -378,11 +393,7 @@ def scenario_relay(page, url, result):
     result["relay"] = page.evaluate(
         "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
         " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
-    page.click(*page.center_of("#history-open"))
-    try:
-        page.wait_for("document.querySelectorAll('#history-list li').length > 0", timeout=10)
-    except cdp.CDPError:
-        pass
+    open_history(page, "document.querySelectorAll('#history-list li').length > 0", timeout=10)
     result["history"] = page.evaluate(
         "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
 
@@ -391,15 +402,8 @@ def scenario_relay_pending(page, url, result):
     """A Jotter relay has the memo and has not delivered it yet (the caller's server reports every
     attempt as relay_pending): send a memo, open History, wait for the entry's reason."""
     load(page, url)
-    memo = "Handed to the relay %s" % secrets.token_hex(4)
-    result["memo"] = memo
-    page.type_text(memo)
-    page.press_ctrl_enter()
-    page.click(*page.center_of("#history-open"))
-    try:
-        page.wait_for("document.querySelector('#history-list li p.e') !== null", timeout=20)
-    except cdp.CDPError:
-        pass
+    send_new_memo(page, result, "Handed to the relay")
+    open_history(page, "document.querySelector('#history-list li p.e') !== null", timeout=20)
     result["history"] = page.evaluate(
         "[...document.querySelectorAll('#history-list li')].map(li => ({text: li.innerText,"
         " status: (li.querySelector('.st') || {}).textContent, retry: !!li.querySelector('button.retry')}))")
@@ -579,10 +583,7 @@ def scenario_destination(page, url, result):
     Enter: the address is confirmed and the memo goes out. Keyboard only after the Settings click."""
     load(page, url)
     page.wait_for("!document.getElementById('foot').hidden", timeout=10)
-    memo = "Sent before the address %s" % secrets.token_hex(4)
-    result["memo"] = memo
-    page.type_text(memo)
-    page.press_ctrl_enter()
+    send_new_memo(page, result, "Sent before the address")
     page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15)
     await_caller("memo-held", result)
     # The page looks at /healthz a moment after a send; a reload asks at once.

@@ -441,7 +441,7 @@ def type_code(page, code):
 def scenario_code(tabs, args, result):
     """An app on the home screen has no address bar to open a link in: the phone pairs by typing the
     code the computer shows. A wrong code first (entered with the keyboard's Enter), then the right
-    one as a person might type it (lower case, a space for the dash), with the Pair button."""
+    one as a Japanese keyboard might give it (full-width, lower case, a Unicode dash), with Pair."""
     page = tabs.open("phone")
     open_page(page, lang_url(args))
     memo = memo_text("before the code")
@@ -458,7 +458,6 @@ def scenario_code(tabs, args, result):
     result["wrong"]["field"] = code_field(page)
     result["wrong"]["send_requests"] = statuses(requests_to(page, "POST", "/send"))
     code = ask("pairing-code")
-    # As a Japanese keyboard might give it: full-width characters and a Unicode dash.
     page.evaluate("(i => (i.value = '', i.focus()))(document.getElementById('pc-i'))")
     page.send("Input.insertText", {"text": "".join(chr(ord(c) + 0xFEE0) if c != "-" else "\u2010" for c in code.lower())})
     tap(page, "#pc-b")

@@ -24,8 +24,7 @@ struct ComposerRelayTests {
 
         init(_ kind: RelayStoreKind, steered: Bool = false,
              configureRelay: (inout RelayConfiguration) -> Void = { _ in }) throws {
-            let mail = steered ? ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: relayDirectory.path + "/Maildir"),
-                                                     maximumWait: 60) : nil
+            let mail = steered ? RelayServer.steeredMail(relayDirectory.path, maximumWait: 60) : nil
             self.mail = mail
             store = try RelayTestStore(kind)
             do {

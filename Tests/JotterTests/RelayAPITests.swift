@@ -223,8 +223,7 @@ import Testing
         defer { relay.stop() }
         let alice = try relay.register(), bob = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
-        let id = try #require((try relay.send(alice.secret, to: "alice@example.com").json as? [String: Any])?["id"]
-            as? String)
+        let id = try relay.sendID(alice.secret, to: "alice@example.com")
         let mine = try relay.json("GET", "/v1/messages/\(id)", secret: alice.secret)
         #expect(mine.status == 200)
         let object = try #require(mine.json as? [String: Any])
@@ -249,14 +248,13 @@ import Testing
         let store = try RelayTestStore(kind)
         defer { store.release() }
         let directory = TemporaryDirectory()
-        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        let mail = RelayServer.steeredMail(directory.file("relay"))
         let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, transport: mail)
         defer { relay.stop() }
         let alice = try relay.register(), bob = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
         mail.fail(with: DeliveryFailure(.rejected, permanent: true))
-        let id = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused once").json
-            as? [String: Any])?["id"] as? String)
+        let id = try relay.sendID(alice.secret, to: "alice@example.com", body: "refused once")
         #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
         let failed = try relay.json("GET", "/v1/messages/\(id)", secret: alice.secret).json as? [String: Any]
         #expect(failed?["last_error"] as? String == "rejected")
@@ -288,17 +286,15 @@ import Testing
     /// could go out twice, once from another relay the composer has moved to).
     @Test func aMailConfigurationChangeReleasesTheHeldButNotTheRefused() throws {
         let directory = TemporaryDirectory()
-        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        let mail = RelayServer.steeredMail(directory.file("relay"))
         var relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail)
         let alice = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
         mail.fail(with: DeliveryFailure(.rejected, permanent: true))
-        let refused = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused").json
-            as? [String: Any])?["id"] as? String)
+        let refused = try relay.sendID(alice.secret, to: "alice@example.com", body: "refused")
         #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: refused) == "failed" })
         mail.fail(with: DeliveryFailure(.auth, permanent: true))
-        let held = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "held").json
-            as? [String: Any])?["id"] as? String)
+        let held = try relay.sendID(alice.secret, to: "alice@example.com", body: "held")
         #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: held) == "held" })
         relay.stop()
 
@@ -317,7 +313,7 @@ import Testing
     /// refusing provider without end.
     @Test func aRetryIsChargedAsASend() throws {
         let directory = TemporaryDirectory()
-        let mail = ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: directory.file("relay") + "/Maildir"))
+        let mail = RelayServer.steeredMail(directory.file("relay"))
         let relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
             $0.limits.devicePerMinute = nil
             $0.limits.devicePerDay = 2
@@ -326,8 +322,7 @@ import Testing
         let alice = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
         mail.fail(with: DeliveryFailure(.rejected, permanent: true))
-        let id = try #require((try relay.send(alice.secret, to: "alice@example.com", body: "refused").json
-            as? [String: Any])?["id"] as? String)
+        let id = try relay.sendID(alice.secret, to: "alice@example.com", body: "refused")
         #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
         let first = try relay.json("POST", "/v1/messages/\(id)/retry", secret: alice.secret)
         #expect(first.status == 200, "\(first.text)")

@@ -146,6 +146,19 @@ final class RelayServer: @unchecked Sendable {
                         headers: key.map { [("Idempotency-Key", $0)] } ?? [], from: client)
     }
 
+    /// Posts a message and returns the id the relay accepted it under (the test fails without one).
+    func sendID(_ secret: String, to: String, body: String = "hello") throws -> String {
+        let sent = try send(secret, to: to, body: body)
+        return try #require((sent.json as? [String: Any])?["id"] as? String, "not accepted: \(sent.status) \(sent.text)")
+    }
+
+    /// A transport a test steers, in front of the Maildir of the relay in `dataDirectory`: code mails
+    /// arrive, and what comes after can be held or refused on cue.
+    static func steeredMail(_ dataDirectory: String, maximumWait: Double = 30) -> ControlledTransport {
+        ControlledTransport(.deliver, forwardingTo: MaildirTransport(path: dataDirectory + "/Maildir"),
+                            maximumWait: maximumWait)
+    }
+
     // MARK: Mail
 
     /// Every message delivered to `address` (its Maildir file name, and the message as Python's
