@@ -288,6 +288,7 @@ import Testing
         let directory = TemporaryDirectory()
         let mail = RelayServer.steeredMail(directory.file("relay"))
         var relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail)
+        defer { relay.stop() }  // whichever is running when the test ends
         let alice = try relay.register()
         try relay.verify(alice.secret, "alice@example.com")
         mail.fail(with: DeliveryFailure(.rejected, permanent: true))
@@ -302,7 +303,6 @@ import Testing
         relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
             $0.mail = "maildir:" + directory.file("new-maildir")
         }
-        defer { relay.stop() }
         #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: held) == "sent" })
         #expect(try relay.finishDeliveries())
         #expect(relay.status(alice.secret, of: refused) == "failed")
