@@ -77,9 +77,14 @@ static inline struct MHD_Daemon *jotter_mhd_start(
 /// every worker waits on the listening socket itself, a burst of connects (16 from wrk) often lands on
 /// whichever woke first: one thread then serves everything and the other idles (measured: 52,000 req/s
 /// against 71,000 with both at work).
+///
+/// The daemon it hands connections to can be switched while it runs (`jotter_acceptor_switch`): LAN mode
+/// starts a daemon with a new certificate when the machine's addresses change, and the old one serves
+/// the connections it has until they end.
 typedef struct {
     int listen_fd;
-    struct MHD_Daemon *daemon;
+    struct MHD_Daemon *daemon;  /* guarded by lock */
+    pthread_mutex_t lock;
     int stopping;
     pthread_t thread;
 } jotter_acceptor;
@@ -105,8 +110,11 @@ static void *jotter_acceptor_run(void *argument) {
                 }
                 break;
             }
-            /* Refused (its worker is full, the daemon stopping): libmicrohttpd closes fd itself. */
+            /* Refused (its worker is full, the daemon stopping): libmicrohttpd closes fd itself. Under the
+               lock, so that once a switch returns no connection goes to the daemon it replaced. */
+            pthread_mutex_lock(&acceptor->lock);
             (void)MHD_add_connection(acceptor->daemon, fd, (struct sockaddr *)&address, length);
+            pthread_mutex_unlock(&acceptor->lock);
         }
     }
     return NULL;
@@ -118,11 +126,33 @@ static inline jotter_acceptor *jotter_acceptor_start(int listen_fd, struct MHD_D
     if (acceptor == NULL) return NULL;
     acceptor->listen_fd = listen_fd;
     acceptor->daemon = daemon;
+    if (pthread_mutex_init(&acceptor->lock, NULL) != 0) {
+        free(acceptor);
+        return NULL;
+    }
     if (pthread_create(&acceptor->thread, NULL, jotter_acceptor_run, acceptor) != 0) {
+        pthread_mutex_destroy(&acceptor->lock);
         free(acceptor);
         return NULL;
     }
     return acceptor;
+}
+
+/// Hands new connections to `daemon` from now on; returns the daemon they went to before. Once it
+/// returns, no connection is added to the old daemon any more.
+static inline struct MHD_Daemon *jotter_acceptor_switch(jotter_acceptor *acceptor, struct MHD_Daemon *daemon) {
+    pthread_mutex_lock(&acceptor->lock);
+    struct MHD_Daemon *old = acceptor->daemon;
+    acceptor->daemon = daemon;
+    pthread_mutex_unlock(&acceptor->lock);
+    return old;
+}
+
+/// The connections `daemon` holds (over its worker threads), or UINT_MAX if it cannot tell.
+/// MHD_get_daemon_info is variadic.
+static inline unsigned int jotter_mhd_connection_count(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info == NULL ? (unsigned int)-1 : info->num_connections;
 }
 
 /// Stops accepting and waits for the thread; connections still in the backlog are refused. The
@@ -131,6 +161,7 @@ static inline void jotter_acceptor_stop(jotter_acceptor *acceptor) {
     __atomic_store_n(&acceptor->stopping, 1, __ATOMIC_RELEASE);
     (void)shutdown(acceptor->listen_fd, SHUT_RDWR);  /* wakes the poll at once on Linux */
     pthread_join(acceptor->thread, NULL);
+    pthread_mutex_destroy(&acceptor->lock);
     free(acceptor);
 }
 

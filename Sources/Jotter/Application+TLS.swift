@@ -8,6 +8,27 @@ extension Application {
         /// only the first; sending the CA too lets a client show the whole chain when asked to trust it.
         /// (libmicrohttpd hands the PEM to GnuTLS, which takes a chain, leaf first.)
         var chainPEM: String { certificate.certificatePEM + authority.certificatePEM }
+
+        /// The CA as the pairing screen offers it.
+        var trustAnchor: TrustAnchor {
+            TrustAnchor(fingerprint: authority.fingerprint, certificate: authority.certificateDER,
+                        mobileConfig: authority.mobileConfig)
+        }
+    }
+
+    /// What LAN mode's certificate must name besides the LAN addresses, and where it is kept.
+    struct CertificateRequest: Sendable {
+        var directory: String
+        var machineNames: [String]
+        var names: [String]
+    }
+
+    /// The CA and a certificate naming `request`'s names and `addresses` (and 127.0.0.1).
+    static func loadTLS(_ request: CertificateRequest, addresses: [String], clock: any WallClock,
+                                    logger: Logger) throws -> TLS {
+        try loadTLS(directory: request.directory, machineNames: request.machineNames, names: request.names,
+                    addresses: addresses + ["127.0.0.1"], now: clock.nowMilliseconds() / 1000,
+                    logger: logger.labelled("tls"))
     }
 
     /// Loads (or creates) the local CA and the server certificate, renewing the latter when due, and

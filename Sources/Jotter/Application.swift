@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// Jotter assembled: data directory, key, outbox, delivery worker, routes and HTTP server.
 ///
@@ -26,15 +27,29 @@ public final class Application: Sendable {
         handler(request, respond)
     }
 
-    /// In LAN mode, before the port is known.
-    private let lan: LANInfo?
+    /// In LAN mode: where phones reach this server, as it stands now (its port set at start).
+    let lanState: LANState?
+    /// In LAN mode: the machine's LAN addresses now, as `refreshLANAddresses` reads them; nil when they are
+    /// fixed (`Configuration.lanAddresses`).
+    private let addressSource: (@Sendable () -> [String])?
+    /// Whether `start` watches the machine's interfaces (LAN mode, addresses neither fixed nor injected).
+    private let watchesInterfaces: Bool
+    /// Wakes `refreshLANAddresses` when the network changes, from `start` to `stop`.
+    private let addressWatcher = Mutex<AddressWatcher?>(nil)
+    /// How LAN mode's certificate is made (HTTPS only), for a new one when the addresses change.
+    private let certificateRequest: CertificateRequest?
+    /// Told of every change of LAN addresses (main prints where phones reach the server now).
+    private let lanChanged = Mutex<(@Sendable (LANInfo) -> Void)?>(nil)
+    /// One refresh at a time.
+    private let refreshing = Mutex(())
+    private let clock: any WallClock
     private let dataDirectory: DataDirectory
     private let logger: Logger
 
     /// In LAN mode: where phones reach this server, and how to pair them.
     public var lanInfo: LANInfo? {
-        lan.map { lan in
-            var lan = lan
+        lanState.map { state in
+            var lan = state.current
             lan.port = server.port
             return lan
         }
@@ -42,12 +57,17 @@ public final class Application: Sendable {
 
     /// Opens and wires everything; `start()` then serves. Throws (with a message fit for a person) if
     /// anything is wrong: an unreadable or insecure key, a locked data directory, a bad relay.
+    ///
+    /// In LAN mode the addresses phones reach it at are `Configuration.lanAddresses` when set, else read
+    /// with `interfaces` (tests) or from the machine's interfaces, which are then watched while it runs.
     public init(configuration: Configuration, transport: (any Transport)? = nil,
                 clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
-                logSink: LogSink = .standardError, credentialsDirectory: String? = nil) throws {
+                logSink: LogSink = .standardError, credentialsDirectory: String? = nil,
+                interfaces: (@Sendable () -> [String])? = nil) throws {
         let logger = Logger(label: "jotter", level: configuration.logLevel, sink: logSink)
         self.configuration = configuration
         self.logger = logger
+        self.clock = clock
         dataDirectory = try DataDirectory(path: configuration.dataDirectory)
         if access(dataDirectory.keyPath + ".new", F_OK) == 0 {
             throw StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
@@ -72,19 +92,23 @@ public final class Application: Sendable {
         var http = configuration.http
         var lanInfo: LANInfo?
         var devices: DeviceRegistry?
+        var addressSource: (@Sendable () -> [String])?
+        var certificateRequest: CertificateRequest?
         let machineNames = configuration.lan ? NetworkInterfaces.hostNames() : []
         if configuration.lan {
-            let addresses = configuration.lanAddresses ?? NetworkInterfaces.lanAddresses(host: configuration.http.host)
-            let names = ["localhost"] + machineNames
+            if configuration.lanAddresses == nil {
+                let host = configuration.http.host
+                addressSource = interfaces ?? { NetworkInterfaces.lanAddresses(host: host) }
+            }
+            let addresses = configuration.lanAddresses ?? addressSource?() ?? []
             var trustAnchor: TrustAnchor?
             if !configuration.insecureHTTP {
-                let tls = try Self.loadTLS(directory: dataDirectory.path + "/tls", machineNames: machineNames,
-                                           names: names, addresses: addresses + ["127.0.0.1"],
-                                           now: clock.nowMilliseconds() / 1000, logger: logger.labelled("tls"))
+                let request = CertificateRequest(directory: dataDirectory.path + "/tls", machineNames: machineNames,
+                                                 names: ["localhost"] + machineNames)
+                certificateRequest = request
+                let tls = try Self.loadTLS(request, addresses: addresses, clock: clock, logger: logger)
                 http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)
-                trustAnchor = TrustAnchor(fingerprint: tls.authority.fingerprint,
-                                          certificate: tls.authority.certificateDER,
-                                          mobileConfig: tls.authority.mobileConfig)
+                trustAnchor = tls.trustAnchor
             }
             let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds)
             devices = registry
@@ -98,8 +122,12 @@ public final class Application: Sendable {
                                    trustsLoopback: configuration.lanTrustsLoopback, clock: clock)
         self.policy = policy
         self.devices = devices
+        let lanState = lanInfo.map(LANState.init)
+        self.lanState = lanState
+        self.addressSource = addressSource
+        self.certificateRequest = certificateRequest
         var pairRoute: PairRoute?
-        if let devices, let lanInfo { pairRoute = PairRoute(devices: devices, policy: policy, lan: lanInfo) }
+        if let devices, let lanState { pairRoute = PairRoute(devices: devices, policy: policy, lan: lanState) }
         let limiter = configuration.rateLimit.map { RateLimiter(limits: $0, clock: clock) }
         let router = try Self.routes(outbox: outbox, worker: worker, rating: rating, limiter: limiter,
                                      pair: pairRoute, publicDirectory: configuration.publicDirectory,
@@ -134,7 +162,7 @@ public final class Application: Sendable {
                             handler: handler)
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
-        lan = lanInfo
+        watchesInterfaces = configuration.lan && configuration.lanAddresses == nil && interfaces == nil
     }
 
     /// Starts delivering and serving. Throws if the port is busy (or storage fails); everything
@@ -151,6 +179,11 @@ public final class Application: Sendable {
             try server.start()
             policy.setPort(server.port)
             if let lanInfo { try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path) }
+            if watchesInterfaces {
+                let watcher = AddressWatcher { [weak self] in self?.refreshLANAddresses() }
+                addressWatcher.withLock { $0 = watcher }
+                watcher.start()
+            }
         } catch {
             worker.stop()
             outbox.close()
@@ -158,6 +191,51 @@ public final class Application: Sendable {
             if let failure = error as? DeliveryFailure { throw StartFailure.relayNotReady(kind: failure.kind.rawValue) }
             throw error
         }
+    }
+
+    /// In LAN mode, reads the machine's addresses again and, if they changed, follows them without a
+    /// restart: a certificate naming the new ones (under the same local CA, so a phone that trusts it
+    /// notices nothing) for new connections, the `Host` check, pairing links and `lan.json`. True if they
+    /// changed. The address watcher calls it; so can anyone (a test), from any thread.
+    @discardableResult
+    public func refreshLANAddresses() -> Bool {
+        guard let lanState, let addressSource else { return false }
+        return refreshing.withLock { _ in
+            let addresses = addressSource()
+            guard addresses != lanState.current.addresses else { return false }
+            var trustAnchor = lanState.current.trustAnchor
+            if let certificateRequest {
+                do {
+                    let tls = try Self.loadTLS(certificateRequest, addresses: addresses, clock: clock, logger: logger)
+                    if tls.certificate.isNew, !server.replaceCertificate(keyPEM: tls.certificate.privateKeyPEM,
+                                                                          certificatePEM: tls.chainPEM) {
+                        logger.warning("could not serve the new HTTPS certificate; a restart will")
+                    }
+                    trustAnchor = tls.trustAnchor
+                } catch {
+                    logger.warning("could not make an HTTPS certificate for the new addresses",
+                                   metadata: ["error": "\(type(of: error))"])
+                }
+            }
+            policy.setBoundAddresses(addresses)
+            lanState.update {
+                $0.addresses = addresses
+                $0.trustAnchor = trustAnchor
+                $0.fingerprint = trustAnchor?.fingerprint ?? $0.fingerprint
+            }
+            logger.notice("the LAN addresses changed; pairing links and the certificate follow",
+                          metadata: ["addresses": String(addresses.count)])
+            if let lanInfo {
+                try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path)
+                lanChanged.withLock { $0 }?(lanInfo)
+            }
+            return true
+        }
+    }
+
+    /// Calls `body` after each change of LAN addresses, with where phones reach the server now.
+    public func setOnLANChange(_ body: @escaping @Sendable (LANInfo) -> Void) {
+        lanChanged.withLock { $0 = body }
     }
 
     /// Why Jotter refused to start (beyond the errors of its parts).
@@ -184,7 +262,11 @@ public final class Application: Sendable {
 
     /// Stops in order: the server (draining requests in flight), the worker, then the outbox.
     public func stop() {
-        if lan != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
+        addressWatcher.withLock { watcher in
+            defer { watcher = nil }
+            return watcher
+        }?.stop()
+        if lanState != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
         server.stop()
         worker.stop()
         rating.flush()

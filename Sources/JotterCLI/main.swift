@@ -157,6 +157,10 @@ case .serve(var configuration):
     print("Delivering to \(application.destination)")
     if let lan = application.lanInfo {
         print(LANBanner.text(lan))
+        application.setOnLANChange { lan in
+            print(LANBanner.changedText(lan))
+            fflush(nil)
+        }
     }
     serveUntilSignalled { application.stop() }
 }

@@ -239,7 +239,7 @@ import Testing
         defer { server.stop() }
         let application = server.application
         let route = PairRoute(devices: try #require(application.devices), policy: application.policy,
-                              lan: try #require(application.lanInfo))
+                              lan: try #require(application.lanState))
         let fromLAN = HTTPRequest(method: "POST", path: "/pair/link", headers: ["Host": "192.168.1.20:\(server.port)"],
                                   remoteAddress: "192.168.1.33")
         let refused = route.link(fromLAN)

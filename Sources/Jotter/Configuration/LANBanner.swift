@@ -15,6 +15,15 @@ public enum LANBanner {
         return ["Listening on \(scheme)://\(LANInfo.hostPart(address)):\(port)", "On this computer: \(local)"]
     }
 
+    /// What main prints when the machine's LAN addresses change while it serves.
+    public static func changedText(_ lan: LANInfo) -> String {
+        guard let address = lan.addresses.first else {
+            return "The network changed: no LAN address now; phones reach Jotter again once this computer is on a network."
+        }
+        return "The network changed: phones now reach Jotter at \(lan.scheme)://\(LANInfo.hostPart(address)):\(lan.port)\n"
+            + "(a phone not paired yet: 'jotter pair', or \"Pair a phone\" on this computer's Jotter page, gives a link and a code)"
+    }
+
     /// The text main prints after the `Listening on` line.
     public static func text(_ lan: LANInfo) -> String {
         var lines: [String] = []

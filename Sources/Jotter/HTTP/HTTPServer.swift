@@ -105,6 +105,8 @@ public final class HTTPServer: Sendable {
         var descriptor: Int32 = -1
         var acceptor: Acceptor?
         var sweeper: Sweeper?
+        /// Daemons replaced by `replaceCertificate`, serving the connections they had until those end.
+        var retiring: [Daemon] = []
     }
 
     /// The thread that accepts connections and hands them to the daemon's workers (`jotter_acceptor`).
@@ -149,6 +151,7 @@ public final class HTTPServer: Sendable {
             state.sweeper?.timer.cancel()
             if let acceptor = state.acceptor { jotter_acceptor_stop(acceptor.pointer) }
             if let daemon = state.daemon { MHD_stop_daemon(daemon.pointer) }
+            for daemon in state.retiring { MHD_stop_daemon(daemon.pointer) }
             if state.descriptor >= 0 { close(state.descriptor) }
         }
     }
@@ -157,6 +160,47 @@ public final class HTTPServer: Sendable {
     public func start() throws {
         let fd = try Self.listen(host: configuration.host, port: configuration.port)
         boundPort.store(Self.boundPort(fd), ordering: .releasing)
+        guard let daemon = startDaemon(tls: configuration.tls) else {
+            close(fd)
+            throw StartError.daemon
+        }
+        guard let accepting = jotter_acceptor_start(fd, daemon.pointer) else {
+            MHD_stop_daemon(daemon.pointer)
+            close(fd)
+            throw StartError.daemon
+        }
+        let sweeper = Sweeper(timer: startSweeper())
+        listening.withLock {
+            $0 = Listening(daemon: daemon, descriptor: fd, acceptor: Acceptor(pointer: accepting), sweeper: sweeper)
+        }
+    }
+
+    /// Serves new connections with another key and certificate (LAN mode, when the machine's addresses
+    /// change), without a restart: a new daemon takes every connection accepted from now on; the old one
+    /// keeps those it has (a TLS session cannot change its certificate) and stops once they have ended,
+    /// which the request deadlines and the idle timeout bound. False if the server is not serving HTTPS
+    /// (or not running), or the new daemon could not start; the old certificate is then still served.
+    @discardableResult
+    public func replaceCertificate(keyPEM: String, certificatePEM: String) -> Bool {
+        guard configuration.tls != nil, let daemon = startDaemon(tls: (keyPEM, certificatePEM)) else { return false }
+        let replaced = listening.withLock { state -> Bool in
+            guard let acceptor = state.acceptor, let current = state.daemon else { return false }
+            _ = jotter_acceptor_switch(acceptor.pointer, daemon.pointer)
+            state.daemon = daemon
+            state.retiring.append(current)
+            return true
+        }
+        if !replaced { MHD_stop_daemon(daemon.pointer) }
+        return replaced
+    }
+
+    /// Daemons started and not yet stopped (1 while serving; more while a replaced one still has connections).
+    var daemonCount: Int {
+        listening.withLock { ($0.daemon == nil ? 0 : 1) + $0.retiring.count }
+    }
+
+    /// A daemon with Jotter's limits, serving HTTPS with `tls` (plain HTTP when nil); nil if it failed.
+    private func startDaemon(tls: (keyPEM: String, certificatePEM: String)?) -> Daemon? {
         var limits = jotter_mhd_config(
             // ITC: a connection handed over by the acceptor wakes its worker at once.
             flags: MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
@@ -174,29 +218,27 @@ public final class HTTPServer: Sendable {
         let me = Unmanaged.passUnretained(self).toOpaque()
         limits.callbacks_cls = me
         // libmicrohttpd reads the PEM strings while starting (it hands them to GnuTLS then).
-        let started = (configuration.tls?.keyPEM ?? "").withCString { key in
-            (configuration.tls?.certificatePEM ?? "").withCString { certificate in
-                if configuration.tls != nil {
+        let started = (tls?.keyPEM ?? "").withCString { key in
+            (tls?.certificatePEM ?? "").withCString { certificate in
+                if tls != nil {
                     limits.tls_key_pem = key
                     limits.tls_cert_pem = certificate
                 }
                 return jotter_mhd_start(&limits, jotterAccessHandler, me, jotterRequestCompleted, me)
             }
         }
-        guard let started else {
-            close(fd)
-            throw StartError.daemon
+        return started.map(Daemon.init(pointer:))
+    }
+
+    /// Stops the replaced daemons that no longer hold a connection (the sweeper asks four times a second).
+    private func stopIdleRetiredDaemons() {
+        let idle = listening.withLock { state -> [Daemon] in
+            guard !state.retiring.isEmpty else { return [] }
+            let idle = state.retiring.filter { jotter_mhd_connection_count($0.pointer) == 0 }
+            state.retiring.removeAll { daemon in idle.contains { $0.pointer == daemon.pointer } }
+            return idle
         }
-        guard let accepting = jotter_acceptor_start(fd, started) else {
-            MHD_stop_daemon(started)
-            close(fd)
-            throw StartError.daemon
-        }
-        let daemon = Daemon(pointer: started)
-        let sweeper = Sweeper(timer: startSweeper())
-        listening.withLock {
-            $0 = Listening(daemon: daemon, descriptor: fd, acceptor: Acceptor(pointer: accepting), sweeper: sweeper)
-        }
+        for daemon in idle { MHD_stop_daemon(daemon.pointer) }
     }
 
     /// Stops accepting, waits up to `drainTimeout` seconds for requests in flight, then stops.
@@ -221,15 +263,18 @@ public final class HTTPServer: Sendable {
         }
         taken.sweeper?.timer.cancel()
         MHD_stop_daemon(daemon.pointer)
+        for retired in taken.retiring { MHD_stop_daemon(retired.pointer) }
         if taken.descriptor >= 0 { close(taken.descriptor) }
     }
 
     /// Four times a second: close connections past their deadline, end those whose peer finished after a
-    /// later request (`ConnectionRegistry`), give memory back after a burst.
+    /// later request (`ConnectionRegistry`), give memory back after a burst, stop replaced daemons whose
+    /// connections have all ended.
     private func startSweeper() -> any DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "jotter.http.sweeper"))
         let registry = registry, bodyBudget = bodyBudget, logger = logger
-        timer.setEventHandler {
+        timer.setEventHandler { [weak self] in
+            self?.stopIdleRetiredDaemons()
             let closed = registry.sweep(now: monotonicNanoseconds())
             if !closed.isEmpty {
                 logger.info("closed late connections", metadata: [

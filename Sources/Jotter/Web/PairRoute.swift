@@ -51,7 +51,7 @@ public struct LANInfo: Sendable {
 struct PairRoute: Sendable {
     let devices: DeviceRegistry
     let policy: RequestPolicy
-    let lan: LANInfo
+    let lan: LANState
 
     /// The largest body a pairing request may have: a token and a device name fit many times over.
     static let maxBodyBytes = 4096
@@ -184,7 +184,7 @@ struct PairRoute: Sendable {
         } catch {
             return .error(503, code: "storage_unavailable", message: "The pairing link could not be stored.")
         }
-        var lan = self.lan
+        var lan = self.lan.current
         lan.port = policy.boundPort
         let urls = lan.links(token: issued.token)
         var json = JSONWriter()
@@ -203,7 +203,7 @@ struct PairRoute: Sendable {
 
     private func writeTrustAnchor(_ object: inout JSONWriter) {
         object.key("ca")
-        guard let anchor = lan.trustAnchor else {
+        guard let anchor = lan.current.trustAnchor else {
             object.null()
             return
         }
@@ -216,7 +216,7 @@ struct PairRoute: Sendable {
 
     /// `GET /jotter-ca.crt` (DER: what Android's "Install a certificate" takes).
     func certificate() -> HTTPResponse {
-        guard let anchor = lan.trustAnchor else { return Self.noAnchor }
+        guard let anchor = lan.current.trustAnchor else { return Self.noAnchor }
         return HTTPResponse(status: 200, headers: [
             "Content-Type": "application/x-x509-ca-cert",
             "Content-Disposition": "attachment; filename=\"jotter-ca.crt\"",
@@ -225,7 +225,7 @@ struct PairRoute: Sendable {
 
     /// `GET /jotter-ca.mobileconfig` (iOS installs it from Settings → Profile Downloaded).
     func mobileConfig() -> HTTPResponse {
-        guard let anchor = lan.trustAnchor else { return Self.noAnchor }
+        guard let anchor = lan.current.trustAnchor else { return Self.noAnchor }
         return HTTPResponse(status: 200, headers: [
             "Content-Type": "application/x-apple-aspen-config",
             "Content-Disposition": "attachment; filename=\"jotter-ca.mobileconfig\"",

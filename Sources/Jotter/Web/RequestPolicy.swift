@@ -6,8 +6,8 @@ import Synchronization
 public final class RequestPolicy: Sendable {
     /// Extra host names the user allows (`--allowed-host`), lowercased.
     let configuredHosts: Set<String>
-    /// Addresses of the interfaces the server listens on (LAN mode), lowercased.
-    let boundAddresses: Set<String>
+    /// Addresses of the interfaces the server listens on (LAN mode), lowercased; they follow the network.
+    private let boundAddresses: Mutex<Set<String>>
     private let port = Atomic<Int>(0)
     /// `http` or `https`: part of our origin.
     let scheme: String
@@ -28,7 +28,7 @@ public final class RequestPolicy: Sendable {
                 devices: DeviceRegistry? = nil, trustsLoopback: Bool = true, clock: any WallClock = SystemClock()) {
         self.trustsLoopback = trustsLoopback
         self.configuredHosts = Set(configuredHosts.map { Self.normalized($0) })
-        self.boundAddresses = Set(boundAddresses.map { Self.normalized($0) })
+        self.boundAddresses = Mutex(Set(boundAddresses.map { Self.normalized($0) }))
         self.scheme = scheme
         self.devices = devices
         failedAttempts = RateLimiter(limits: .init(burst: 10, perSecond: 10.0 / 600), clock: clock)
@@ -37,6 +37,13 @@ public final class RequestPolicy: Sendable {
     /// The port the server actually bound (known only after start).
     public func setPort(_ port: Int) {
         self.port.store(port, ordering: .releasing)
+    }
+
+    /// The machine's LAN addresses changed: `Host` may name the new ones, no longer the old.
+    func setBoundAddresses(_ addresses: [String]) {
+        let normalized = Set(addresses.map { Self.normalized($0) })
+        boundAddresses.withLock { $0 = normalized }
+        allowedHosts.withLock { $0.values = [] }
     }
 
     /// The port the server bound (0 before start).
@@ -217,6 +224,6 @@ public final class RequestPolicy: Sendable {
         }
         let host = Self.normalized(String(name))
         guard !host.isEmpty else { return false }
-        return Loopback.contains(host: host) || boundAddresses.contains(host) || configuredHosts.contains(host)
+        return Loopback.contains(host: host) || boundAddresses.withLock { $0.contains(host) } || configuredHosts.contains(host)
     }
 }

@@ -2,6 +2,15 @@ import Foundation
 import Synchronization
 @testable import Jotter
 
+/// The LAN addresses a test's "machine" has: a test changes them, then asks the server to look again
+/// (`Application.refreshLANAddresses`).
+final class TestInterfaces: Sendable {
+    private let addresses: Mutex<[String]>
+    init(_ addresses: [String]) { self.addresses = Mutex(addresses) }
+    func set(_ new: [String]) { addresses.withLock { $0 = new } }
+    var read: @Sendable () -> [String] { { self.addresses.withLock { $0 } } }
+}
+
 /// A whole Jotter (outbox, worker, HTTP on 127.0.0.1:0) started in-process by a test, with its logs
 /// captured in memory. Stop it with `stop()`; the data directory outlives it so a test can restart.
 final class TestServer: Sendable {
@@ -11,7 +20,7 @@ final class TestServer: Sendable {
 
     init(dataDirectory: String, maxBodyBytes: Int = 256 * 1024, transport: (any Transport)? = nil,
          relay: String? = nil, clock: any WallClock = SystemClock(), scheduler: any Scheduler = DispatchScheduler(),
-         configure: (inout Configuration) -> Void = { _ in }) throws {
+         interfaces: TestInterfaces? = nil, configure: (inout Configuration) -> Void = { _ in }) throws {
         var configuration = Configuration(dataDirectory: dataDirectory, publicDirectory: Repository.publicDirectory)
         configuration.http.host = "127.0.0.1"
         configuration.http.port = 0
@@ -23,7 +32,7 @@ final class TestServer: Sendable {
         self.logs = logs
         self.dataDirectory = dataDirectory
         application = try Application(configuration: configuration, transport: transport, clock: clock,
-                                      scheduler: scheduler, logSink: logs)
+                                      scheduler: scheduler, logSink: logs, interfaces: interfaces?.read)
         try application.start()
     }
 

@@ -1,0 +1,285 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Jotter
+
+/// LAN mode follows the machine's network while it runs: Wi-Fi that connects after the service started
+/// at login, a new DHCP lease, a laptop carried to another network. Phones must reach it at the new
+/// address (certificate, `Host` check, pairing links) without a restart, and a phone's open connection
+/// must not break when the certificate changes under it.
+///
+/// All traffic goes to 127.0.0.1: curl and Python are told the LAN address (to verify the certificate and
+/// send it as `Host`) and connect to loopback.
+@Suite(.serialized)
+struct LANAddressTests {
+    static func server(_ directory: TemporaryDirectory, _ interfaces: TestInterfaces,
+                       https: Bool = true) throws -> TestServer {
+        try TestServer(dataDirectory: directory.file("data"), interfaces: interfaces) {
+            $0.lan = true
+            $0.insecureHTTP = !https
+            $0.http.host = "127.0.0.1"
+        }
+    }
+
+    /// `GET path` over HTTPS as a phone at `address` would send it (certificate verified for `address`
+    /// against the local CA, `Host: address:port`), connected to 127.0.0.1. The status, or nil when the
+    /// TLS handshake or verification failed.
+    static func get(_ server: TestServer, _ path: String, as address: String) throws -> Int? {
+        let port = server.port
+        let result = try Command.run("/usr/bin/curl", [
+            "--silent", "--max-time", "30", "--output", "/dev/null", "--write-out", "%{http_code}",
+            "--cacert", server.dataDirectory + "/tls/ca.pem",
+            "--connect-to", "\(address):\(port):127.0.0.1:\(port)", "https://\(address):\(port)\(path)",
+        ])
+        return result.status == 0 ? Int(result.output) : nil
+    }
+
+    static func object(_ response: RawHTTP.Response) -> [String: Any] {
+        response.json as? [String: Any] ?? [:]
+    }
+
+    @Test("A network that comes up after start is followed without a restart")
+    func aNetworkThatComesUpLaterIsFollowed() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces([])  // started at login, before Wi-Fi
+        let server = try Self.server(directory, interfaces)
+        defer { server.stop() }
+        let application = server.application
+        #expect(application.lanInfo?.addresses == [])
+        #expect(try Self.get(server, "/healthz", as: "10.20.30.40") == nil, "no certificate names it yet")
+        let before = try server.route("POST", "/pair/link")
+        #expect(before.status == 201 && Self.object(before)["url"] is NSNull, "no address to put in a link")
+        let certificate = try String(contentsOfFile: server.dataDirectory + "/tls/cert.pem", encoding: .utf8)
+
+        interfaces.set(["10.20.30.40"])
+        #expect(application.refreshLANAddresses())
+        #expect(!application.refreshLANAddresses(), "unchanged: nothing to do")
+
+        #expect(try Self.get(server, "/healthz", as: "10.20.30.40") == 200, "certificate and Host check follow")
+        #expect(try Self.get(server, "/healthz", as: "127.0.0.1") == 200, "this machine still verifies")
+        #expect(try String(contentsOfFile: server.dataDirectory + "/tls/cert.pem", encoding: .utf8) != certificate)
+        let link = try server.route("POST", "/pair/link")
+        let url = try #require(Self.object(link)["url"] as? String)
+        #expect(url.hasPrefix("https://10.20.30.40:\(server.port)/#pair="))
+        let file = try String(contentsOfFile: server.dataDirectory + "/lan.json", encoding: .utf8)
+        #expect(file.contains("\"addresses\":[\"10.20.30.40\"]"), "for jotter pair: \(file)")
+        #expect(application.lanInfo?.addresses == ["10.20.30.40"])
+        #expect(server.logs.captured.contains("the LAN addresses changed"))
+        #expect(!server.logs.captured.contains("10.20.30.40"), "the log counts addresses, it does not name them")
+
+        // The daemon that served the old certificate stops once its connections have ended.
+        #expect(TestServer.waitUntil(timeout: 60) { application.server.daemonCount == 1 })
+    }
+
+    @Test("An address the machine no longer has is refused, the new one answered")
+    func anAddressThatGoesAwayIsRefused() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        let server = try Self.server(directory, interfaces)
+        defer { server.stop() }
+        let application = server.application
+        #expect(try Self.get(server, "/healthz", as: "192.168.1.20") == 200)
+
+        interfaces.set(["10.0.0.7", "192.168.1.21"])  // another network: its address first
+        #expect(application.refreshLANAddresses())
+        #expect(try Self.get(server, "/healthz", as: "10.0.0.7") == 200)
+        #expect(try Self.get(server, "/healthz", as: "192.168.1.21") == 200)
+        let stale = try server.route("GET", "/healthz", headers: [("Host", "192.168.1.20:\(server.port)")])
+        #expect(stale.status == 403 && stale.errorCode == "forbidden_host")
+        let urls = try #require(Self.object(try server.route("POST", "/pair/link"))["urls"] as? [String])
+        #expect(urls.map { $0.components(separatedBy: "/#")[0] }
+            == ["https://10.0.0.7:\(server.port)", "https://192.168.1.21:\(server.port)"])
+
+        // Back home: the certificate names that address again (issued anew: it names only the addresses of now).
+        interfaces.set(["192.168.1.20"])
+        #expect(application.refreshLANAddresses())
+        #expect(try Self.get(server, "/healthz", as: "192.168.1.20") == 200)
+        #expect(try server.route("GET", "/healthz", headers: [("Host", "10.0.0.7:\(server.port)")]).status == 403)
+    }
+
+    @Test("A phone's open connection is answered across a certificate change, and new ones get the new certificate")
+    func anOpenConnectionSurvivesTheChange() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        let server = try Self.server(directory, interfaces)
+        defer { server.stop() }
+        let application = server.application
+        let ready = directory.file("ready"), changed = directory.file("changed")
+        // One keep-alive connection: a request, then (once the address has changed) another on the same
+        // connection; then a new connection, whose certificate must name the new address.
+        let script = """
+            import http.client, json, os, ssl, sys, time
+            port, ca, ready, changed = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+            context = ssl.create_default_context(cafile=ca)
+            def get(connection, host):
+                connection.request('GET', '/healthz', headers={'Host': '%s:%d' % (host, port)})
+                response = connection.getresponse()
+                response.read()
+                return response.status
+            old = http.client.HTTPSConnection('127.0.0.1', port, context=context, timeout=30)
+            first = get(old, '192.168.1.20')
+            open(ready, 'w').close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(changed) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            second = get(old, '10.0.0.7')
+            names = [value for kind, value in old.sock.getpeercert()['subjectAltName'] if kind == 'IP Address']
+            old.close()
+            new = http.client.HTTPSConnection('127.0.0.1', port, context=context, timeout=30)
+            third = get(new, '10.0.0.7')
+            new_names = [value for kind, value in new.sock.getpeercert()['subjectAltName'] if kind == 'IP Address']
+            new.close()
+            print(json.dumps({'first': first, 'second': second, 'third': third,
+                              'old_names': names, 'new_names': new_names}))
+            """
+        let result = Mutex<Result<String, any Error>?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let arguments = [String(server.port), server.dataDirectory + "/tls/ca.pem", ready, changed]
+        Thread.detachNewThread {
+            result.withLock { $0 = Result { try Python.run(script, arguments: arguments) } }
+            finished.signal()
+        }
+        #expect(TestServer.waitUntil(timeout: 60) { FileManager.default.fileExists(atPath: ready) })
+        interfaces.set(["10.0.0.7"])
+        #expect(application.refreshLANAddresses())
+        #expect(application.server.daemonCount == 2, "the old daemon still holds the phone's connection")
+        #expect(FileManager.default.createFile(atPath: changed, contents: nil))
+        #expect(finished.wait(timeout: .now() + 120) == .success)
+        let output = try #require(try result.withLock { $0 }?.get())
+        let answer = try #require(try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any])
+        #expect(answer["first"] as? Int == 200)
+        #expect(answer["second"] as? Int == 200, "the open connection is answered, with the new Host")
+        #expect(answer["third"] as? Int == 200)
+        #expect((answer["old_names"] as? [String])?.contains("192.168.1.20") == true)
+        #expect((answer["new_names"] as? [String])?.contains("10.0.0.7") == true, "\(output)")
+        #expect((answer["new_names"] as? [String])?.contains("192.168.1.20") == false)
+        #expect(TestServer.waitUntil(timeout: 60) { application.server.daemonCount == 1 },
+                "the old daemon stops once the phone closed its connection")
+    }
+
+    @Test("Stopping while a replaced certificate's connection is still open stops both daemons")
+    func stopWhileTheOldDaemonHoldsAConnection() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        let server = try Self.server(directory, interfaces)
+        let application = server.application
+        let ready = directory.file("ready"), done = directory.file("done")
+        let script = """
+            import http.client, os, ssl, sys, time
+            port, ca, ready, done = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+            connection = http.client.HTTPSConnection('127.0.0.1', port, context=ssl.create_default_context(cafile=ca),
+                                                     timeout=30)
+            connection.request('GET', '/healthz', headers={'Host': '192.168.1.20:%d' % port})
+            response = connection.getresponse()
+            response.read()
+            open(ready, 'w').close()
+            deadline = time.monotonic() + 90
+            while not os.path.exists(done) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print(response.status)
+            """
+        let finished = DispatchSemaphore(value: 0)
+        let arguments = [String(server.port), server.dataDirectory + "/tls/ca.pem", ready, done]
+        Thread.detachNewThread {
+            _ = try? Python.run(script, arguments: arguments)
+            finished.signal()
+        }
+        defer {
+            _ = FileManager.default.createFile(atPath: done, contents: nil)
+            _ = finished.wait(timeout: .now() + 120)
+        }
+        #expect(TestServer.waitUntil(timeout: 60) { FileManager.default.fileExists(atPath: ready) })
+        interfaces.set(["10.0.0.7"])
+        #expect(application.refreshLANAddresses())
+        #expect(application.server.daemonCount == 2)
+        let started = Date()
+        server.stop()
+        #expect(Date().timeIntervalSince(started) < 30, "stop does not wait for the phone to hang up")
+        #expect(application.server.daemonCount == 0)
+    }
+
+    @Test("Plain HTTP on the LAN (--insecure-http) follows the addresses too")
+    func plainHTTPFollowsTheAddresses() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        let server = try Self.server(directory, interfaces, https: false)
+        defer { server.stop() }
+        interfaces.set(["192.168.7.3"])
+        #expect(server.application.refreshLANAddresses())
+        #expect(try server.route("GET", "/healthz", headers: [("Host", "192.168.7.3:\(server.port)")]).status == 200)
+        let url = try #require(Self.object(try server.route("POST", "/pair/link"))["url"] as? String)
+        #expect(url.hasPrefix("http://192.168.7.3:\(server.port)/#pair="))
+        #expect(server.application.server.daemonCount == 1, "no certificate, no second daemon")
+    }
+
+    @Test("A server whose addresses were given does not follow the machine's")
+    func fixedAddressesStay() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["10.9.9.9"])
+        let server = try TestServer(dataDirectory: directory.file("data"), interfaces: interfaces) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.http.host = "127.0.0.1"
+            $0.lanAddresses = ["192.0.2.10"]
+        }
+        defer { server.stop() }
+        #expect(!server.application.refreshLANAddresses())
+        #expect(server.application.lanInfo?.addresses == ["192.0.2.10"])
+    }
+
+    /// Whether this machine lets a test make a network namespace with an interface of its own (root, as
+    /// CI runs; `unshare` and `ip` from util-linux and iproute2).
+    static let canMakeInterfaces: Bool = {
+        let probe = try? Command.run("/usr/bin/unshare", ["-n", "/bin/sh", "-c",
+                                                          "PATH=/usr/sbin:/usr/bin:/sbin:/bin ip tuntap add dev probe0 mode tun"])
+        return probe?.status == 0
+    }()
+
+    /// The real binary, in a network namespace of its own that has only loopback when it starts: an
+    /// interface then comes up with an address (Wi-Fi connecting after login), and the kernel's notice,
+    /// not a test's call, makes the server follow it.
+    @Test("jotter serve --lan follows an interface that comes up after it started",
+          .enabled(if: canMakeInterfaces, "needs root: a network namespace and a TUN interface"))
+    func theBinaryFollowsANewInterface() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data"), output = directory.file("stdout"), errors = directory.file("stderr")
+        let script = #"""
+            set -u
+            export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+            jotter=$1 data=$2 public=$3 output=$4 errors=$5
+            ip link set lo up
+            "$jotter" serve --lan --host 0.0.0.0 --port 0 --data-dir "$data" --public-dir "$public" >"$output" 2>"$errors" &
+            server=$!
+            trap 'kill -KILL $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+            port=
+            for _ in $(seq 1200); do
+                port=$(sed -n 's|^Listening on https://127[.]0[.]0[.]1:\([0-9]*\)$|\1|p' "$output")
+                [ -n "$port" ] && break
+                sleep 0.05
+            done
+            [ -n "$port" ] || { echo "no Listening line"; exit 1; }
+            before=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$data/tls/ca.pem" \
+                --connect-to "10.77.0.9:$port:127.0.0.1:$port" "https://10.77.0.9:$port/healthz")
+            ip tuntap add dev jotter0 mode tun && ip addr add 10.77.0.9/24 dev jotter0 && ip link set jotter0 up || exit 1
+            after=000
+            for _ in $(seq 1200); do
+                after=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$data/tls/ca.pem" \
+                    --connect-to "10.77.0.9:$port:127.0.0.1:$port" "https://10.77.0.9:$port/healthz")
+                [ "$after" = 200 ] && grep -q '^The network changed' "$output" && break
+                sleep 0.05
+            done
+            echo "port=$port before=$before after=$after"
+            """#
+        let finished = try LiveServerTests.JotterBinary.run(
+            ["-n", "/bin/bash", "-c", script, "bash", LiveServerTests.JotterBinary.path, data, Repository.publicDirectory,
+             output, errors], executable: "/usr/bin/unshare", timeout: 240)
+        let log = String(decoding: Evidence.fileBytes(errors), as: UTF8.self)
+        let printed = String(decoding: Evidence.fileBytes(output), as: UTF8.self)
+        let line = finished.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        let port = try #require(line.firstMatch(of: #/port=([0-9]+)/#).map { String($0.1) }, "\(line) \(finished.standardError)")
+        #expect(line.hasSuffix("before=000 after=200"), "no certificate named it before; it answers after: \(line)\n\(log)")
+        #expect(printed.contains("No LAN address found"), "started before the network: \(printed)")
+        #expect(printed.contains("The network changed: phones now reach Jotter at https://10.77.0.9:\(port)"), "\(printed)")
+        #expect(log.contains("the LAN addresses changed"))
+    }
+}
