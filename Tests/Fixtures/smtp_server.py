@@ -41,6 +41,7 @@ class Recorder:
         self.outdir = outdir
         self.delay = delay
         self.rcpt_delay = 0
+        self.require_fqdn_helo = False
         self.lock = threading.Lock()
         self.accepted = 0
         self.rejected = 0
@@ -76,13 +77,14 @@ class Recorder:
                 self._write_atomically(path, json.dumps(control).encode())
             return rule["reply"]
 
-    def store(self, envelope, tls, login):
+    def store(self, envelope, tls, login, helo):
         with self.lock:
             self.accepted += 1
             name = "%04d" % self.accepted
         base = os.path.join(self.outdir, name)
         self._write_atomically(base + ".eml", envelope.content)
-        meta = {"mail_from": envelope.mail_from, "rcpt_tos": envelope.rcpt_tos, "tls": tls, "login": login}
+        meta = {"mail_from": envelope.mail_from, "rcpt_tos": envelope.rcpt_tos, "tls": tls, "login": login,
+                "helo": helo}
         # The .json appears last: a test that sees it can read the .eml.
         self._write_atomically(base + ".json", json.dumps(meta).encode())
         return name
@@ -92,6 +94,14 @@ class Recorder:
             self.rejected += 1
             name = "%04d" % self.rejected
         self._write_atomically(os.path.join(self.outdir, "rejected", name + ".eml"), envelope.content)
+
+
+def fqdn_or_literal(name):
+    """Postfix's test for reject_non_fqdn_helo_hostname: an address literal, or a name with a dot."""
+    name = name or ""
+    if name.startswith("[") and name.endswith("]"):
+        return True
+    return "." in name.strip(".")
 
 
 def is_tls(server):
@@ -132,6 +142,10 @@ class Handler:
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if self.recorder.rcpt_delay:
             await asyncio.sleep(self.recorder.rcpt_delay)
+        if self.recorder.require_fqdn_helo and not fqdn_or_literal(session.host_name):
+            # What Postfix's reject_non_fqdn_helo_hostname answers (at RCPT: smtpd_delay_reject).
+            self.recorder.event("RCPT refused 504 helo")
+            return "504 5.5.2 <%s>: Helo command rejected: need fully-qualified hostname" % session.host_name
         reply = self.recorder.refusal("rcpt")
         if reply:
             self.recorder.event("RCPT refused " + reply[:3])
@@ -148,7 +162,7 @@ class Handler:
             self.recorder.store_rejected(envelope)
             self.recorder.event("DATA refused " + reply[:3])
             return reply
-        name = self.recorder.store(envelope, is_tls(server), login_of(session))
+        name = self.recorder.store(envelope, is_tls(server), login_of(session), session.host_name)
         self.recorder.event("DATA accepted " + name)
         return "250 OK queued as " + name
 
@@ -180,6 +194,7 @@ async def serve(args):
     loop = asyncio.get_running_loop()
     recorder = Recorder(args.outdir, args.delay_ms / 1000)
     recorder.rcpt_delay = args.rcpt_delay_ms / 1000
+    recorder.require_fqdn_helo = args.require_fqdn_helo
     if args.refuse_rcpt or args.refuse_data:
         control = {}
         if args.refuse_rcpt:
@@ -220,6 +235,8 @@ def main():
     parser.add_argument("--idle-timeout", type=float, default=300, help="close a connection idle this long (s)")
     parser.add_argument("--refuse-rcpt", help="reply to RCPT with this, e.g. '451 4.3.0 Try later'")
     parser.add_argument("--refuse-data", help="reply to the end of DATA with this")
+    parser.add_argument("--require-fqdn-helo", action="store_true",
+                        help="refuse RCPT after an EHLO that is neither a dotted name nor an address literal")
     parser.add_argument("--refuse-count", type=int, default=1, help="how many times (-1: always)")
     args = parser.parse_args()
     if args.mode != "plain" and not (args.cert and args.key):

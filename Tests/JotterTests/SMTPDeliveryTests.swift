@@ -13,11 +13,11 @@ import Testing
         let smtp: SMTPServer
 
         init(mode: SMTPServer.Mode, auth: (user: String, password: String)? = nil,
-             delayMilliseconds: Int = 0, certificateNames: String? = nil) throws {
+             delayMilliseconds: Int = 0, certificateNames: String? = nil, requireFQDNHelo: Bool = false) throws {
             certificates = mode == .plain ? nil
                 : try TestCertificates.make(in: directory.file("certs"), names: certificateNames)
             smtp = try SMTPServer(mode: mode, directory: directory.file("smtp"), certificates: certificates,
-                                  auth: auth, delayMilliseconds: delayMilliseconds)
+                                  auth: auth, delayMilliseconds: delayMilliseconds, requireFQDNHelo: requireFQDNHelo)
         }
 
         /// The relay URL for this server's mode: `tls=none` for plain, the test CA for TLS.
@@ -97,6 +97,50 @@ import Testing
         for memo in memos {
             #expect(!logs.contains(memo.subject), "a subject reached the log")
         }
+    }
+
+    // MARK: EHLO
+
+    /// A server that refuses a bare host name in EHLO (Postfix's `reject_non_fqdn_helo_hostname`) gets a
+    /// domain name or an address literal, and the memo arrives; the machine's bare name is not sent.
+    @Test(arguments: [SMTPServer.Mode.plain, .starttls])
+    func ehloNamesAFullyQualifiedNameOrAnAddressLiteral(mode: SMTPServer.Mode) throws {
+        let fixture = try Fixture(mode: mode, requireFQDNHelo: true)
+        defer { fixture.stop() }
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, subject: "helo", body: "a memo through a strict server")
+        let entry = try DeliveryKit.settle(server, id, timeout: 20)
+        #expect(entry.status == "sent", "\(entry) — \(fixture.smtp.events)")
+        let helo = try #require(fixture.smtp.received.first?.helo)
+        let machine = EHLOName.machineName().lowercased()
+        #expect(helo == EHLOName.choose(hostName: machine, localAddress: "127.0.0.1"))
+        if !machine.contains(".") {
+            #expect(helo == "[127.0.0.1]", "the address the connection left from, not the bare name \(machine)")
+        }
+    }
+
+    @Test(arguments: [
+        ("mail.example.com", "192.168.1.20", "mail.example.com"),
+        ("Ana-Laptop.Example.ORG", "192.168.1.20", "ana-laptop.example.org"),
+        ("vm", "192.168.1.20", "[192.168.1.20]"),
+        ("ana-laptop", nil, "[127.0.0.1]"),
+        ("ana-laptop.local", "10.0.0.5", "[10.0.0.5]"),
+        ("localhost.localdomain", "10.0.0.5", "[10.0.0.5]"),
+        ("box.lan", "10.0.0.5", "[10.0.0.5]"),
+        ("192.168.1.20", "192.168.1.20", "[192.168.1.20]"),
+        ("under_score.example.com", "10.0.0.5", "[10.0.0.5]"),
+        ("trailing.", "10.0.0.5", "[10.0.0.5]"),
+        ("", "fd00::5", "[IPv6:fd00::5]"),
+    ] as [(String, String?, String)])
+    func theEHLONameIsChosenAsMailProgramsDo(host: String, local: String?, expected: String) {
+        #expect(EHLOName.choose(hostName: host, localAddress: local) == expected)
+    }
+
+    @Test func theSourceAddressOfALoopbackConnectionIsLoopback() {
+        #expect(EHLOName.sourceAddress(to: "127.0.0.1", port: 25) == "127.0.0.1")
+        #expect(EHLOName.sourceAddress(to: "[::1]", port: 25).map { $0 == "::1" } ?? true, "no IPv6 here is fine")
+        #expect(SMTPTransport.pathSegment("[IPv6:fd00::5]") == "%5BIPv6%3Afd00%3A%3A5%5D")
     }
 
     // MARK: Transient and permanent refusals

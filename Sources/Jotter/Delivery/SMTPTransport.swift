@@ -32,7 +32,9 @@ public struct SMTPTransport: Transport {
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> DeliveryReceipt in
             do {
-                try handle.set(CURLOPT_URL, url)
+                // The URL's path is what libcurl says in EHLO.
+                let ehlo = EHLOName.forConnection(to: settings.host, port: settings.port)
+                try handle.set(CURLOPT_URL, url + "/" + Self.pathSegment(ehlo))
                 try handle.set(CURLOPT_PROTOCOLS_STR, settings.implicitTLS ? "smtps" : "smtp")
                 try handle.set(CURLOPT_NOSIGNAL, 1)
                 // `timeout` bounds the session up to the end of DATA. The reply to that may take minutes
@@ -67,6 +69,23 @@ public struct SMTPTransport: Transport {
             }
             return DeliveryReceipt()
         }
+    }
+
+    /// `name` percent-encoded for a URL's path (libcurl decodes it again): `[` `]` `:` and anything
+    /// beyond letters, digits, `-` and `.`.
+    static func pathSegment(_ name: String) -> String {
+        var encoded = ""
+        for byte in name.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."):
+                encoded.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = Array("0123456789ABCDEF".utf8)
+                encoded += "%" + String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 15)]], as: UTF8.self)
+            }
+        }
+        return encoded
     }
 
     /// An SMTP reply code, when there is one, decides: 4xx try again later, 5xx is a refusal, but for

@@ -134,6 +134,8 @@ final class SMTPServer: Sendable {
         let tls: Bool
         /// The AUTH login, if the client authenticated.
         let login: String?
+        /// What the client said in EHLO (or HELO).
+        let helo: String?
     }
 
     let mode: Mode
@@ -145,7 +147,7 @@ final class SMTPServer: Sendable {
     /// Starts a server writing into `directory` (created). TLS modes need `certificates`; `port` 0 picks a free one.
     init(mode: Mode, directory: String, certificates: TestCertificates? = nil,
          auth: (user: String, password: String)? = nil, delayMilliseconds: Int = 0, rcptDelayMilliseconds: Int = 0,
-         port: Int = 0, idleTimeoutSeconds: Double = 300) throws {
+         port: Int = 0, idleTimeoutSeconds: Double = 300, requireFQDNHelo: Bool = false) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.mode = mode
         self.directory = directory
@@ -158,6 +160,7 @@ final class SMTPServer: Sendable {
         if let auth {
             arguments += ["--auth", "\(auth.user):\(auth.password)"]
         }
+        if requireFQDNHelo { arguments.append("--require-fqdn-helo") }
         process = try FixtureProcess(script: "smtp_server.py", arguments: arguments,
                                      errorPath: directory + "/server.stderr")
     }
@@ -197,7 +200,8 @@ final class SMTPServer: Sendable {
             return Received(path: base + ".eml", bytes: Array(bytes),
                             mailFrom: object["mail_from"] as? String ?? "",
                             recipients: object["rcpt_tos"] as? [String] ?? [],
-                            tls: object["tls"] as? Bool ?? false, login: object["login"] as? String)
+                            tls: object["tls"] as? Bool ?? false, login: object["login"] as? String,
+                            helo: object["helo"] as? String)
         }
     }
 
