@@ -40,8 +40,17 @@ public final class Application: Sendable {
     private let certificateRequest: CertificateRequest?
     /// Told of every change of LAN addresses (main prints where phones reach the server now).
     private let lanChanged = Mutex<(@Sendable (LANInfo) -> Void)?>(nil)
-    /// One refresh at a time.
-    private let refreshing = Mutex(())
+    /// What `refreshLANAddresses` knows between two calls; one refresh at a time holds it.
+    private let lanRefresh = Mutex(LANRefresh())
+
+    private struct LANRefresh: Sendable {
+        /// The fingerprint of the certificate the server presents.
+        var servedCertificate: String?
+        /// A certificate for the addresses of now could not be made or served: try again at the next check.
+        var certificatePending = false
+        /// `stop` has begun: no refresh may rewrite `lan.json` after it.
+        var stopped = false
+    }
     private let clock: any WallClock
     private let dataDirectory: DataDirectory
     private let logger: Logger
@@ -109,6 +118,7 @@ public final class Application: Sendable {
                 let tls = try Self.loadTLS(request, addresses: addresses, clock: clock, logger: logger)
                 http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)
                 trustAnchor = tls.trustAnchor
+                lanRefresh.withLock { $0.servedCertificate = tls.certificate.fingerprint }
             }
             let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds)
             devices = registry
@@ -183,6 +193,7 @@ public final class Application: Sendable {
                 let watcher = AddressWatcher { [weak self] in self?.refreshLANAddresses() }
                 addressWatcher.withLock { $0 = watcher }
                 watcher.start()
+                refreshLANAddresses()  // a change between reading the addresses in init and watching
             }
         } catch {
             worker.stop()
@@ -200,23 +211,33 @@ public final class Application: Sendable {
     @discardableResult
     public func refreshLANAddresses() -> Bool {
         guard let lanState, let addressSource else { return false }
-        return refreshing.withLock { _ in
+        return lanRefresh.withLock { refresh in
+            guard !refresh.stopped else { return false }
             let addresses = addressSource()
-            guard addresses != lanState.current.addresses else { return false }
+            let changed = addresses != lanState.current.addresses
+            guard changed || refresh.certificatePending else { return false }
             var trustAnchor = lanState.current.trustAnchor
             if let certificateRequest {
                 do {
                     let tls = try Self.loadTLS(certificateRequest, addresses: addresses, clock: clock, logger: logger)
-                    if tls.certificate.isNew, !server.replaceCertificate(keyPEM: tls.certificate.privateKeyPEM,
-                                                                          certificatePEM: tls.chainPEM) {
-                        logger.warning("could not serve the new HTTPS certificate; a restart will")
-                    }
                     trustAnchor = tls.trustAnchor
+                    // Whatever is on disk now, if it is not what is served (a swap that failed last time, too).
+                    if tls.certificate.fingerprint == refresh.servedCertificate {
+                        refresh.certificatePending = false
+                    } else if server.replaceCertificate(keyPEM: tls.certificate.privateKeyPEM, certificatePEM: tls.chainPEM) {
+                        refresh.servedCertificate = tls.certificate.fingerprint
+                        refresh.certificatePending = false
+                    } else {
+                        refresh.certificatePending = true
+                        logger.warning("could not serve the new HTTPS certificate; trying again at the next check")
+                    }
                 } catch {
-                    logger.warning("could not make an HTTPS certificate for the new addresses",
+                    refresh.certificatePending = true
+                    logger.warning("could not make an HTTPS certificate for the new addresses; trying again at the next check",
                                    metadata: ["error": "\(type(of: error))"])
                 }
             }
+            guard changed else { return false }
             policy.setBoundAddresses(addresses)
             lanState.update {
                 $0.addresses = addresses
@@ -266,6 +287,7 @@ public final class Application: Sendable {
             defer { watcher = nil }
             return watcher
         }?.stop()
+        lanRefresh.withLock { $0.stopped = true }
         if lanState != nil { LANRuntimeFile.remove(dataDirectory: dataDirectory.path) }
         server.stop()
         worker.stop()

@@ -106,7 +106,7 @@ public final class HTTPServer: Sendable {
         var acceptor: Acceptor?
         var sweeper: Sweeper?
         /// Daemons replaced by `replaceCertificate`, serving the connections they had until those end.
-        var retiring: [Daemon] = []
+        var retiring: [Retiring] = []
     }
 
     /// The thread that accepts connections and hands them to the daemon's workers (`jotter_acceptor`).
@@ -123,6 +123,18 @@ public final class HTTPServer: Sendable {
     private struct Sweeper: @unchecked Sendable {
         let timer: any DispatchSourceTimer
     }
+
+    /// A daemon `replaceCertificate` replaced: since when, and how many sweeps in a row found it empty.
+    private struct Retiring: Sendable {
+        let daemon: Daemon
+        let since: UInt64
+        var idleSweeps = 0
+    }
+
+    /// How long a replaced daemon is kept at least. A connection handed to it just before the switch is
+    /// queued for its worker thread and counted only once the worker takes it (daemon.c,
+    /// `new_connection_process_`): a count of 0 read in between must not stop the daemon under it.
+    static let retirementGraceNanoseconds: UInt64 = 2_000_000_000
 
     /// A libmicrohttpd daemon handle.
     ///
@@ -151,7 +163,7 @@ public final class HTTPServer: Sendable {
             state.sweeper?.timer.cancel()
             if let acceptor = state.acceptor { jotter_acceptor_stop(acceptor.pointer) }
             if let daemon = state.daemon { MHD_stop_daemon(daemon.pointer) }
-            for daemon in state.retiring { MHD_stop_daemon(daemon.pointer) }
+            for retired in state.retiring { MHD_stop_daemon(retired.daemon.pointer) }
             if state.descriptor >= 0 { close(state.descriptor) }
         }
     }
@@ -187,7 +199,7 @@ public final class HTTPServer: Sendable {
             guard let acceptor = state.acceptor, let current = state.daemon else { return false }
             _ = jotter_acceptor_switch(acceptor.pointer, daemon.pointer)
             state.daemon = daemon
-            state.retiring.append(current)
+            state.retiring.append(Retiring(daemon: current, since: monotonicNanoseconds()))
             return true
         }
         if !replaced { MHD_stop_daemon(daemon.pointer) }
@@ -230,12 +242,20 @@ public final class HTTPServer: Sendable {
         return started.map(Daemon.init(pointer:))
     }
 
-    /// Stops the replaced daemons that no longer hold a connection (the sweeper asks four times a second).
+    /// Stops the replaced daemons that no longer hold a connection: past the grace period, and found
+    /// empty by two sweeps in a row (the sweeper asks four times a second).
     private func stopIdleRetiredDaemons() {
+        let now = monotonicNanoseconds()
         let idle = listening.withLock { state -> [Daemon] in
             guard !state.retiring.isEmpty else { return [] }
-            let idle = state.retiring.filter { jotter_mhd_connection_count($0.pointer) == 0 }
-            state.retiring.removeAll { daemon in idle.contains { $0.pointer == daemon.pointer } }
+            var idle: [Daemon] = []
+            state.retiring = state.retiring.compactMap { retiring in
+                var retiring = retiring
+                retiring.idleSweeps = jotter_mhd_connection_count(retiring.daemon.pointer) == 0 ? retiring.idleSweeps + 1 : 0
+                guard retiring.idleSweeps >= 2, now - retiring.since >= Self.retirementGraceNanoseconds else { return retiring }
+                idle.append(retiring.daemon)
+                return nil
+            }
             return idle
         }
         for daemon in idle { MHD_stop_daemon(daemon.pointer) }
@@ -263,7 +283,7 @@ public final class HTTPServer: Sendable {
         }
         taken.sweeper?.timer.cancel()
         MHD_stop_daemon(daemon.pointer)
-        for retired in taken.retiring { MHD_stop_daemon(retired.pointer) }
+        for retired in taken.retiring { MHD_stop_daemon(retired.daemon.pointer) }
         if taken.descriptor >= 0 { close(taken.descriptor) }
     }
 

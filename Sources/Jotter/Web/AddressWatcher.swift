@@ -29,6 +29,13 @@ final class AddressWatcher: Sendable {
         self.changed = changed
     }
 
+    deinit {
+        state.withLock { state in
+            state.notices?.cancel()
+            state.timer?.cancel()
+        }
+    }
+
     /// Starts watching (again a no-op while it watches).
     func start() {
         state.withLock { state in
@@ -52,8 +59,9 @@ final class AddressWatcher: Sendable {
         }
     }
 
-    /// Stops watching; a check already running finishes first.
+    /// Stops watching; a check already running finishes first. Not from `changed` itself (it waits for it).
     func stop() {
+        dispatchPrecondition(condition: .notOnQueue(queue))
         let sources = state.withLock { state in
             defer { state = State() }
             return (state.notices, state.timer)

@@ -20,7 +20,8 @@ public final class RequestPolicy: Sendable {
     /// `Host` values already allowed, exactly as sent, for the port they were allowed on: every request
     /// of a client sends the same one, and this spares parsing it each time. Only allowed values get in,
     /// and there are few of those (our names and addresses, with and without the port).
-    private let allowedHosts = Mutex<(port: Int, values: Set<String>)>((0, []))
+    /// `generation` counts changes of the bound addresses: a value judged before one is not cached after it.
+    private let allowedHosts = Mutex<(port: Int, generation: Int, values: Set<String>)>((0, 0, []))
 
     /// A policy allowing loopback names and literals, `boundAddresses` and `configuredHosts` on our port;
     /// with `devices`, every non-static request from off this machine needs a device token.
@@ -43,7 +44,10 @@ public final class RequestPolicy: Sendable {
     func setBoundAddresses(_ addresses: [String]) {
         let normalized = Set(addresses.map { Self.normalized($0) })
         boundAddresses.withLock { $0 = normalized }
-        allowedHosts.withLock { $0.values = [] }
+        allowedHosts.withLock { cache in
+            cache.generation += 1
+            cache.values = []
+        }
     }
 
     /// The port the server bound (0 before start).
@@ -188,10 +192,12 @@ public final class RequestPolicy: Sendable {
     /// is a loopback name or literal, a bound address, or a configured name.
     func isAllowed(host value: String) -> Bool {
         let ourPort = port.load(ordering: .acquiring)
-        if allowedHosts.withLock({ $0.port == ourPort && $0.values.contains(value) }) { return true }
+        let (cached, generation) = allowedHosts.withLock { ($0.port == ourPort && $0.values.contains(value), $0.generation) }
+        if cached { return true }
         guard parseAllowed(host: value, ourPort: ourPort) else { return false }
         allowedHosts.withLock { cache in
-            if cache.port != ourPort || cache.values.count >= 64 { cache = (ourPort, []) }
+            guard cache.generation == generation else { return }
+            if cache.port != ourPort || cache.values.count >= 64 { cache = (ourPort, generation, []) }
             cache.values.insert(value)
         }
         return true
