@@ -12,15 +12,17 @@ Modes:
 
 Everything lands in --outdir:
   NNNN.eml / NNNN.json        each accepted message: the raw bytes as received after DATA
-                              (dot-unstuffed) and its envelope {mail_from, rcpt_tos, tls, login}
+                              (dot-unstuffed) and its envelope {mail_from, rcpt_tos, tls, login, helo}
   rejected/NNNN.eml           a message refused at the end of DATA (its bytes were received)
   events.log                  one line per MAIL / refusal / AUTH / idle hang-up, e.g. "MAIL tls=1",
                               "TIMEOUT" (so a test can wait for the hang-up instead of sleeping)
-  control.json                read at every RCPT and end of DATA (the test may rewrite it):
-                              {"rcpt": {"reply": "451 4.3.0 Try later", "count": 1},
+  control.json                read at every MAIL, RCPT and end of DATA (the test may rewrite it):
+                              {"mail": {"reply": "553 5.7.1 Sender rejected", "count": -1},
+                               "rcpt": {"reply": "451 4.3.0 Try later", "count": 1},
                                "data": {"reply": "554 5.7.1 No", "count": -1}}
                               count N refuses the next N times, -1 refuses for ever.
-Options --refuse-rcpt/--refuse-data REPLY with --refuse-count N seed control.json at start.
+Options --refuse-rcpt/--refuse-data REPLY with --refuse-count N seed control.json at start;
+--require-fqdn-helo refuses RCPT after an EHLO name without a dot (Postfix's reject_non_fqdn_helo_hostname).
 """
 
 import argparse
@@ -134,6 +136,10 @@ class Handler:
         self.recorder = recorder
 
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        reply = self.recorder.refusal("mail")
+        if reply:
+            self.recorder.event("MAIL refused " + reply[:3])
+            return reply
         self.recorder.event("MAIL tls=%d" % is_tls(server))
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)

@@ -411,6 +411,51 @@ import Testing
         #expect(!server.logs.captured.contains("Wr0ngSecret"))
     }
 
+    /// A sender the server will not take (553 to MAIL FROM: an address this account may not send as)
+    /// refuses every memo alike: they wait, held as a configuration problem with a hint, after one
+    /// attempt — not one failed memo after another — and go out once the server takes the sender.
+    @Test func aRefusedSenderHoldsTheMemosAsAConfigurationProblem() throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(.mail, reply: "553 5.7.1 <jotter@example.com>: Sender address rejected: not owned by user")
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+
+        let first = try DeliveryKit.send(server, body: "first")
+        let held = try DeliveryKit.settle(server, first)
+        #expect(held.status == "held", "\(held)")
+        #expect(held.lastError == "configuration")
+        let second = try DeliveryKit.send(server, body: "second")
+        #expect(try DeliveryKit.wait(server, second, timeout: 30) { $0.status == "held" }.status == "held")
+        #expect(fixture.smtp.events.filter { $0 == "MAIL refused 553" }.count == 1, "one attempt for all: \(fixture.smtp.events)")
+        let health = try #require(try server.route("GET", "/healthz").json as? [String: Any])
+        let relay = try #require(health["relay"] as? [String: Any])
+        #expect(relay["state"] as? String == "refused" && relay["reason"] as? String == "configuration")
+        #expect((relay["hint"] as? String)?.contains("from=") == true, "\(relay)")
+        #expect(!server.logs.captured.contains("not owned by user"), "server text reached the log")
+
+        try fixture.smtp.acceptAll()
+        #expect(try server.route("POST", "/history/\(first)/retry").status == 202)
+        for id in [first, second] {
+            #expect(try DeliveryKit.wait(server, id, timeout: 30) { $0.status == "sent" }.status == "sent")
+        }
+        #expect(fixture.smtp.received.count == 2)
+    }
+
+    /// A refused recipient stays that memo's refusal: a relay's recipients differ from memo to memo.
+    @Test func aRefusedRecipientFailsTheMemoNotTheRelay() throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(.rcpt, reply: "550 5.1.1 <me@example.com>: Recipient address rejected: User unknown")
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "to nobody")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "failed" && entry.lastError == "rejected", "\(entry)")
+        let health = try #require(try server.route("GET", "/healthz").json as? [String: Any])
+        #expect((health["relay"] as? [String: Any])?["state"] as? String == "ok")
+    }
+
     // MARK: Offline
 
     @Test func memosTakenWhileTheSMTPServerIsDownAreFlushedWhenItReturns() throws {

@@ -63,7 +63,7 @@ public struct SMTPTransport: Transport {
             do throws(CurlError) {
                 try handle.perform()
             } catch {
-                throw Self.failure(curl: error, reply: handle.responseCode).explainingCertificate(error, CertificateNames.Target(
+                throw Self.failure(curl: error, reply: handle.responseCode, refused: handle.refusedSMTPCommand).explainingCertificate(error, CertificateNames.Target(
                     url: url, protocols: settings.implicitTLS ? "smtps" : "smtp", startTLS: !settings.implicitTLS,
                     host: settings.host, caFile: settings.caFile, timeoutSeconds: settings.timeoutSeconds))
             }
@@ -92,7 +92,17 @@ public struct SMTPTransport: Transport {
     /// 552: a mailbox over its quota (RFC 5321 4.5.3.1.10: a 552 to RCPT is to be taken as temporary;
     /// at the end of DATA it says the message is too large for the room left, and a memo is small) is
     /// tried again until there is room.
-    static func failure(curl error: CurlError, reply: Int) -> DeliveryFailure {
+    ///
+    /// A permanent refusal of `MAIL FROM` refuses the sender, which every memo shares (an address this
+    /// account may not send as): not this memo's failure but the configuration's, so the memos wait, held,
+    /// until it changes or the server accepts again — not one failed memo after another. A refused `RCPT` or
+    /// message stays this memo's (a relay's recipients differ; the content may be what was refused).
+    static func failure(curl error: CurlError, reply: Int, refused command: String? = nil) -> DeliveryFailure {
+        if command == "MAIL", (500..<600).contains(reply), reply != 552 {
+            var failure = DeliveryFailure(.configuration, permanent: true)
+            failure.hint = "the mail server refuses the sender address (reply \(reply)): set from= to an address this account may send as"
+            return failure
+        }
         switch reply {
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
         case 552: return DeliveryFailure(.mailboxFull, permanent: false)

@@ -117,6 +117,7 @@ final class SMTPServer: Sendable {
 
     /// The SMTP command a refusal answers.
     enum Stage: String, Sendable, CustomStringConvertible {
+        case mail
         case rcpt
         case data
 

@@ -25,6 +25,9 @@ public final class EasyHandle {
     /// longer for the reply to the end of DATA than for anything before it: giving up there, when the
     /// server may well have queued the message, would send it twice.)
     public var phaseLimits: (untilUploaded: Int64, afterUpload: Int64)?
+    /// libcurl's description of the last failure (`CURLOPT_ERRORBUFFER`): for classifying it only (it can
+    /// name hosts and reply codes; never logged).
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
@@ -39,6 +42,7 @@ public final class EasyHandle {
     deinit {
         curl_easy_cleanup(handle)
         for list in lists { curl_slist_free_all(list) }
+        errorBuffer.deallocate()
     }
 
     /// Clears options and lists set for the previous transfer, keeping the connection cache.
@@ -96,6 +100,8 @@ public final class EasyHandle {
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, me)
         _ = jotter_curl_setopt_header_function(handle, jotterCurlHeader)
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        _ = jotter_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
         if phaseLimits != nil {
             _ = jotter_curl_setopt_xferinfo_function(handle, jotterCurlProgress)
             _ = jotter_curl_setopt_pointer(handle, CURLOPT_XFERINFODATA, me)
@@ -126,6 +132,14 @@ public final class EasyHandle {
         var connects = 0
         _ = jotter_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
         return connects == 0 && responseCode == 0
+    }
+
+    /// The SMTP command the server refused in the last transfer (`MAIL`, `RCPT`, `DATA`), from libcurl's
+    /// description of the failure ("MAIL failed: 553"); nil if it was not such a refusal.
+    public var refusedSMTPCommand: String? {
+        let words = String(cString: errorBuffer).split(separator: " ", maxSplits: 2)
+        guard words.count == 3, words[1] == "failed:", ["MAIL", "RCPT", "DATA"].contains(words[0]) else { return nil }
+        return String(words[0])
     }
 
     /// The last response's status (HTTP) or reply code (SMTP); 0 if none was received.
