@@ -303,7 +303,7 @@ public final class Application: Sendable {
                        clock: any WallClock = SystemClock()) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
-        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds)
+        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds, clock: clock)
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
                                    warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,

@@ -203,6 +203,21 @@ import Testing
         #expect(error?.code == "empty")
     }
 
+    /// Control and invisible format characters are nothing to read either: not a blank email.
+    @Test(arguments: [#"{"subject":"\u0001"}"#, #"{"subject":"\u0000","body":""}"#, #"{"body":"\u200b\u0007"}"#,
+                      #"{"subject":"\ufeff\u200d","body":" \u0000 "}"#])
+    func invisibleOnlyIsEmpty(json: String) {
+        #expect(Self.failure("application/json", json) == .empty)
+    }
+
+    @Test func aSubjectOfControlCharactersIsNoSubject() throws {
+        #expect(Self.failure("application/x-www-form-urlencoded", "subject=%01&body=") == .empty)
+        let memo = try Self.decode("application/json", #"{"subject":"\u0001\u0002","body":"the text"}"#)
+        #expect(memo.subject == nil && memo.body == "the text")
+        let kept = try Self.decode("application/json", #"{"body":"\u0000visible"}"#)
+        #expect(kept.body == "\u{0}visible", "a memo with something to read keeps its bytes")
+    }
+
     @Test func multipartWithBlankBodyIsEmpty() {
         let body = Self.multipart(boundary: Self.curlBoundary, parts: [Self.field("body", " \r\n ")])
         #expect(Self.failure(Self.curlType, body) == .empty)

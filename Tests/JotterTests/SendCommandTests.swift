@@ -115,6 +115,57 @@ import Testing
         #expect(try server.outbox.history.acceptedCount() == 1)
     }
 
+    /// The answer is lost on its way back after the server stored the memo: the client must not say
+    /// "nothing was sent", and must say how to send it again so that it is taken at most once.
+    @Test func aLostAnswerSaysTheMemoMayBeStoredAndHowToSendItOnce() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let dropper = try FixtureProcess(script: "answer_dropper.py", arguments: [String(server.port)],
+                                         errorPath: directory.file("dropper.stderr"))
+        defer { dropper.stop() }
+        let lost = try Self.jotter(["send", "--url", "http://127.0.0.1:\(dropper.port)", "--retry-for", "2",
+                                    "a memo whose answer is lost"])
+        #expect(lost.status == 69, "\(lost.error)")
+        #expect(!lost.error.contains("nothing was sent"), "\(lost.error)")
+        #expect(lost.error.contains("may have reached the server"), "\(lost.error)")
+        let key = try #require(lost.error.firstMatch(of: #/--key ([!-~]+),/#).map { String($0.1) }, "\(lost.error)")
+        let stored = try server.outbox.history.acceptedCount()
+        let proxyErrors = (try? String(contentsOfFile: directory.file("dropper.stderr"), encoding: .utf8)) ?? ""
+        #expect(stored == 1, "stored once, however often it was tried: \(stored) \(lost.error) \(proxyErrors)")
+
+        let url = "http://127.0.0.1:\(server.port)"
+        let again = try Self.jotter(["send", "--url", url, "--key", key, "--json", "a memo whose answer is lost"])
+        #expect(again.status == 0, "\(again.error)")
+        #expect(try server.outbox.history.acceptedCount() == 1, "the second run took it at most once")
+        let other = try Self.jotter(["send", "--url", url, "--key", key, "another memo"])
+        #expect(other.status == 65 && other.error.contains("409"), "a key is one memo's: \(other.error)")
+        let badKey = try Self.jotter(["send", "--url", url, "--key", "two words", "x"])
+        #expect(badKey.status == 64, "\(badKey.error)")
+    }
+
+    /// The memo goes as it is: markup, quotes and control characters do not grow the request past the
+    /// server's cap the way JSON's escapes would, and arrive exactly.
+    @Test func aMemoUnderTheCapIsNotRefusedForItsEncoding() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 64 * 1024)
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+        let markup = String(repeating: "<p>Hello &amp; \"welcome\"</p>\n", count: 1_800)  // 55,800 bytes
+        try markup.write(toFile: directory.file("page.html"), atomically: true, encoding: .utf8)
+        let filed = try Self.jotter(["send", "--url", url, "-s", "Markup", "-f", directory.file("page.html")])
+        #expect(filed.status == 0, "\(filed.error)")
+        let controls = [UInt8](repeating: 0x01, count: 20_000) + Array(" and text".utf8)
+        let piped = try Self.jotter(["send", "--url", url], input: controls)
+        #expect(piped.status == 0, "\(piped.error)")
+        #expect(server.waitUntil(timeout: 30) { Self.delivered(server).count == 2 })
+        let files = try FileManager.default.contentsOfDirectory(atPath: server.maildir + "/new").map { server.maildir + "/new/" + $0 }
+        let bodies = try Python.parseMessages(atPaths: files).compactMap { $0["body"] as? String }
+        // A reader gets the memo followed by one line break, whatever its encoding (MailMessageTests).
+        #expect(bodies.contains(markup + "\n"), "the markup arrived exactly")
+        #expect(bodies.contains { $0.hasSuffix(" and text\n") && $0.utf8.filter { $0 == 0x01 }.count == 20_000 })
+    }
+
     /// The server restarts while `jotter send` is trying: the client keeps trying with the same
     /// Idempotency-Key, and the memo arrives exactly once.
     @Test func aRestartDuringTheRetryLoopLosesNothingAndSendsOnce() throws {

@@ -28,6 +28,35 @@ import Testing
                 .header("Undo-Seconds") == nil, "no window, no header")
     }
 
+    /// A replay (the same Idempotency-Key: a page or script whose first answer was lost) is answered with
+    /// what is left of the window the memo got when it was stored, not with the window the replay asks for.
+    @Test func aReplayIsAnsweredWithTheStoredMemosWindow() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock(milliseconds: SystemClock().nowMilliseconds())
+        let server = try TestServer(dataDirectory: directory.path, transport: ControlledTransport(.deliver), clock: clock)
+        defer { server.stop() }
+        func post(_ key: String, undo: Int?) throws -> RawHTTP.Response {
+            var headers = [("Content-Type", "text/plain"), ("Idempotency-Key", key)]
+            if let undo { headers.append(("Undo-Seconds", String(undo))) }
+            return try server.route("POST", "/send", headers: headers, body: Array("memo \(key)".utf8))
+        }
+        let first = try post("with-window", undo: 60)
+        #expect(first.header("Undo-Seconds") == "60")
+        clock.advance(milliseconds: 20_500)
+        let replay = try post("with-window", undo: nil)
+        #expect(replay.status == 204 && replay.header("X-Message-Id") == first.header("X-Message-Id"))
+        #expect(replay.header("Undo-Seconds") == "40", "what is left of its own window, rounded up")
+        #expect(try post("with-window", undo: 5).header("Undo-Seconds") == "40", "not the replay's")
+
+        let none = try post("no-window", undo: nil)
+        #expect(none.header("Undo-Seconds") == nil)
+        #expect(try post("no-window", undo: 30).header("Undo-Seconds") == nil, "it never had one: it is on its way")
+
+        let id = try #require(first.header("X-Message-Id"))
+        #expect(try server.route("DELETE", "/history/\(id)").status == 200)
+        #expect(try post("with-window", undo: 60).header("Undo-Seconds") == nil, "taken back: nothing left to undo")
+    }
+
     @Test func aMemoTakenBackInsideItsWindowIsNeverDeliveredAndKeepsNoText() throws {
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler(clock: ManualClock(milliseconds: SystemClock().nowMilliseconds()))

@@ -19,6 +19,9 @@ public enum SendCommand {
         public var retryFor = 60
         /// The CA that signed an `https://` server's certificate (`--ca`; a LAN server's `DATA_DIR/tls/ca.pem`).
         public var caFile: String?
+        /// The `Idempotency-Key` to send (`--key`), so a run that gave up can be repeated and the memo is
+        /// still taken at most once; a fresh one per run when nil.
+        public var key: String?
     }
 
     /// The most a memo read from a file or standard input may be before it is refused here (the server's
@@ -77,13 +80,11 @@ public enum SendCommand {
             return Result(status: .usage, output: "",
                           error: "jotter send: nothing to send (give the memo as arguments, -f FILE or on stdin)\n")
         }
-        var json = JSONWriter()
-        json.object { json in
-            json.field("body", body)
-            if let subject = options.subject { json.field("subject", subject) }
-        }
-        let key: String
-        do { key = try SecureRandom.uuid() } catch {
+        let key: String, form: (contentType: String, body: [UInt8])
+        do {
+            key = try options.key ?? SecureRandom.uuid()
+            form = try Self.multipart(body: body, subject: options.subject)
+        } catch {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
@@ -91,11 +92,15 @@ public enum SendCommand {
         var wait = 0.5
         var last = "no answer"
         var lastStatus = Status.unreachable
+        // Whether some attempt may have reached the server and been stored with no answer coming back
+        // (a timeout, a reset, a proxy's 502, a server stopping): then "nothing was sent" would be a lie,
+        // and a second run with a new key could store the memo twice.
+        var mayHaveArrived = false
         while true {
             do {
                 let response = try client.request("POST", "/send", headers: [
-                    "Content-Type: application/json", "Accept: application/json", "Idempotency-Key: \(key)",
-                ], body: json.bytes)
+                    "Content-Type: \(form.contentType)", "Accept: application/json", "Idempotency-Key: \(key)",
+                ], body: form.body)
                 switch response.status {
                 case 204, 200, 201, 202:
                     let id = response.header("X-Message-Id") ?? ""
@@ -120,6 +125,8 @@ public enum SendCommand {
                 default:
                     lastStatus = .temporary
                     last = "\(response.status) \(response.errorCode ?? "")"
+                    // Only these say the memo was not stored.
+                    if response.status != 429 && response.errorCode != "storage_unavailable" { mayHaveArrived = true }
                     if let retryAfter = response.header("Retry-After").flatMap(Double.init) { wait = max(wait, retryAfter) }
                 }
             } catch {
@@ -128,14 +135,38 @@ public enum SendCommand {
                 }
                 lastStatus = .unreachable
                 last = "no answer from \(trimmed(options.url))"
+                if let failure = error as? ServerClient.Unreachable, !failure.neverConnected { mayHaveArrived = true }
             }
             let remaining = deadline - now()
             guard remaining > 0 else { break }
             sleep(min(wait, remaining))
             wait = min(wait * 2, 10)
         }
+        guard mayHaveArrived else {
+            return Result(status: lastStatus, output: "",
+                          error: "jotter send: gave up after \(options.retryFor) s (\(last)); nothing was sent\n")
+        }
         return Result(status: lastStatus, output: "",
-                      error: "jotter send: gave up after \(options.retryFor) s (\(last)); nothing was sent\n")
+                      error: "jotter send: gave up after \(options.retryFor) s (\(last)); the memo may have reached the "
+                        + "server: see 'jotter history', or run again with --key \(key), which it takes at most once\n")
+    }
+
+    /// The memo as `multipart/form-data`: its text as it is, where JSON would escape every line break,
+    /// quote and control character and form encoding every non-ASCII byte (a memo under the server's cap
+    /// could then be refused as too large). The boundary is random, and checked against the text.
+    static func multipart(body: String, subject: String?) throws -> (contentType: String, body: [UInt8]) {
+        var boundary: String
+        repeat {
+            boundary = "jotter-" + (try SecureRandom.uuid())
+        } while body.contains(boundary) || (subject?.contains(boundary) ?? false)
+        var text = ""
+        for (name, value) in [("subject", subject), ("body", body)] {
+            guard let value else { continue }
+            text += "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n"
+                + "Content-Type: text/plain; charset=utf-8\r\n\r\n\(value)\r\n"
+        }
+        text += "--\(boundary)--\r\n"
+        return ("multipart/form-data; boundary=\(boundary)", Array(text.utf8))
     }
 
     /// What to do when the server's certificate is not trusted: a LAN server signs its own.

@@ -28,6 +28,14 @@ struct ServerClient {
             [CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM]
                 .map { Int32($0.rawValue) }.contains(code)
         }
+
+        /// No connection was made, so nothing of the request left this machine (the name did not resolve,
+        /// the connection was refused, or the request could not even be set up).
+        var neverConnected: Bool {
+            code == -1 || [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
+                           CURLE_SSL_CONNECT_ERROR, CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT]
+                .map { Int32($0.rawValue) }.contains(code)
+        }
     }
 
     let baseURL: String

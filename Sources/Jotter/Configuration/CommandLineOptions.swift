@@ -46,7 +46,7 @@ public enum CommandLineOptions {
           jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID]
                                      the phones paired in LAN mode; rename one, or revoke its token
           jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--ca FILE] [--retry-for S]
-                      [--quiet|--json] [TEXT…]
+                      [--key KEY] [--quiet|--json] [TEXT…]
                                      send a memo to the running server (stdin when no TEXT/FILE);
                                      retries while it restarts, never twice; exit 0 only when accepted
           jotter history [-n N] [--url URL] [--token T] [--ca FILE]
@@ -327,7 +327,7 @@ public enum CommandLineOptions {
         return relay
     }
 
-    /// `jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--retry-for S] [--quiet|--json] [TEXT…]`.
+    /// `jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--retry-for S] [--key KEY] [--quiet|--json] [TEXT…]`.
     private static func parseSend(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
         var arguments = arguments
         var options = SendCommand.Options(url: SendCommand.defaultURL(environment: environment),
@@ -345,6 +345,12 @@ public enum CommandLineOptions {
             case "--url": options.url = try value(argument)
             case "--token": options.token = try value(argument)
             case "--ca": options.caFile = try value(argument)
+            case "--key":
+                let key = try value(argument)
+                guard SendRoute.validIdempotencyKey(key) else {
+                    throw UsageError(description: "--key must be 1-256 visible ASCII characters")
+                }
+                options.key = key
             case "--retry-for":
                 guard let seconds = Int(try value(argument)), (0...86_400).contains(seconds) else {
                     throw UsageError(description: "--retry-for must be a number of seconds from 0 to 86400")

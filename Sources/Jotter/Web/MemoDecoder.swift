@@ -51,8 +51,16 @@ public enum MemoDecoder {
         text.unicodeScalars.first == "\u{FEFF}" ? String(text.unicodeScalars.dropFirst()) : text
     }
 
+    /// Nothing a reader could see: only white space, control characters (NUL, U+0001 …) and invisible
+    /// format characters (zero-width spaces, a byte order mark). Such a subject is no subject, and such a
+    /// memo with no subject is empty, not a blank email.
     private static func isBlank(_ text: String) -> Bool {
-        text.unicodeScalars.allSatisfy { $0.properties.isWhitespace }
+        text.unicodeScalars.allSatisfy { scalar in
+            switch scalar.properties.generalCategory {
+            case .control, .format, .spaceSeparator, .lineSeparator, .paragraphSeparator: return true
+            default: return scalar.properties.isWhitespace
+            }
+        }
     }
 
     /// CRLF and lone CR become LF: one memo, one representation, whichever client sent it.

@@ -9,6 +9,8 @@ struct SendRoute: Sendable {
     /// The undo window every memo gets (`--undo-seconds`); a request may ask for its own with
     /// `Undo-Seconds: N` (0–600), as the page does when its setting is on.
     var undoMilliseconds: Int64 = 0
+    /// For what is left of a replayed memo's undo window.
+    var clock: any WallClock = SystemClock()
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -62,8 +64,12 @@ struct SendRoute: Sendable {
                     ? HTTPResponse(status: 303, headers: ["Location": Self.pageLocation(request)])
                     : HTTPResponse(status: 204)
                 response.headers.add(name: "X-Message-Id", value: outcome.id)
-                // The memo's undo window, so a page can offer Undo without asking /healthz first.
-                if undoSeconds > 0 { response.headers.add(name: "Undo-Seconds", value: String(undoSeconds)) }
+                // The memo's undo window, so a page can offer Undo without asking /healthz first: for a
+                // replay (a first answer lost), what is left of the window the memo got when it was stored,
+                // whatever this request asked for.
+                var window = undoSeconds
+                if case .replayed(let id) = outcome { window = remainingUndoSeconds(of: id) }
+                if window > 0 { response.headers.add(name: "Undo-Seconds", value: String(window)) }
                 response.messageID = outcome.id
                 if case .accepted = outcome, rating?.recordSend(fromPage: fromPage) == true {
                     response.headers.add(name: "X-Rating-Prompt", value: "1")
@@ -88,6 +94,15 @@ struct SendRoute: Sendable {
                 respond(response)
             }
         }
+    }
+
+    /// Whole seconds (rounded up) left of a stored memo's undo window; 0 once it has closed, or if the memo
+    /// is on its way, taken back, or cannot be read.
+    private func remainingUndoSeconds(of id: String) -> Int64 {
+        guard let record = try? outbox.history.record(id: id), record.status == .queued, record.attempts == 0,
+              let due = record.nextAttemptAt else { return 0 }
+        let left = due - clock.nowMilliseconds()
+        return left > 0 ? (left + 999) / 1000 : 0
     }
 
     /// Where a no-JavaScript form post returns: the page, in the language it was sent from (`?lang=`).

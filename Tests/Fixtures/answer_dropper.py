@@ -1,0 +1,76 @@
+"""A proxy on 127.0.0.1 that loses every answer: it reads each HTTP request whole, passes it on to
+the server on 127.0.0.1:PORT, waits for the server's answer, then hangs up on the client without
+giving it (a connection that dropped on the way back). Prints the port it bound, then serves until
+its standard input closes.
+
+Usage: answer_dropper.py UPSTREAM_PORT
+"""
+import os
+import socket
+import sys
+import threading
+
+
+def read_request(connection):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def handle(client, upstream_port):
+    with client:
+        request = read_request(client)
+        if request is None:
+            return
+        with socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
+            # As a reverse proxy passes it on: Host names the server (whose Host check wants its own port),
+            # one request per connection upstream (the server's answer ends with its close).
+            head, _, body = request.partition(b"\r\n\r\n")
+            lines = [line for line in head.split(b"\r\n")
+                     if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
+            lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
+            request = b"\r\n".join(lines) + b"\r\n\r\n" + body
+            upstream.sendall(request)
+            while upstream.recv(65536):
+                pass
+        # The answer came; the client never gets it.
+
+
+def watch_stdin():
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        os._exit(0)
+
+
+def main():
+    upstream_port = int(sys.argv[1])
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    print(listener.getsockname()[1], flush=True)
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    while True:
+        client, _ = listener.accept()
+        threading.Thread(target=handle, args=(client, upstream_port), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
