@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Synchronization
 @testable import Jotter
 
 /// `jotter relay`'s API at the router (no socket), with its mail read back from its Maildir by
@@ -84,6 +85,11 @@ import Testing
         let code = try relay.newCode(to: "other@example.com", known: [])
         let mail = try #require(try relay.mails(to: "other@example.com").first?.message)
         #expect(RelayServer.sameBody(mail["body"], VerificationMail.render(code: code, language: "en").body))
+        // A language too long to be a tag is unknown too: English, not a refusal.
+        #expect(try relay.requestCode(device.secret, "third@example.com", language: String(repeating: "x", count: 80)).status == 202)
+        let third = try relay.newCode(to: "third@example.com", known: [])
+        let thirdMail = try #require(try relay.mails(to: "third@example.com").first?.message)
+        #expect(RelayServer.sameBody(thirdMail["body"], VerificationMail.render(code: third, language: "en").body))
     }
 
     @Test func languageTagsFindTheirTemplate() {
@@ -309,6 +315,50 @@ import Testing
         #expect(mail.messages.filter { $0.id == refused }.count == 1, "the refused message was sent again")
     }
 
+    /// Asking for the same retry many times at once (a composer's Retry pressed on two devices, a page's
+    /// request sent again) puts the message back once and costs what one retry costs.
+    @Test func simultaneousRetriesAreChargedOnce() throws {
+        let directory = TemporaryDirectory()
+        let mail = RelayServer.steeredMail(directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
+            $0.limits.devicePerMinute = nil
+            $0.limits.devicePerDay = 30
+        }
+        defer {
+            mail.release()
+            relay.stop()
+        }
+        let alice = try relay.register()
+        try relay.verify(alice.secret, "alice@example.com")
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let id = try relay.sendID(alice.secret, to: "alice@example.com", body: "refused once")  // 1 of 30
+        #expect(TestServer.waitUntil(timeout: 30) { relay.status(alice.secret, of: id) == "failed" })
+        mail.block()  // the retried message then waits on its way: no second failure to retry again
+        // Twenty threads, each started and waiting, then let go at once.
+        let statuses = Mutex<[Int]>([])
+        let ready = DispatchSemaphore(value: 0), go = DispatchSemaphore(value: 0), done = DispatchGroup()
+        for _ in 0..<20 {
+            done.enter()
+            Thread.detachNewThread {
+                ready.signal()
+                go.wait()
+                // Over the socket, as composers ask: libmicrohttpd's threads answer them side by side.
+                let status = (try? RawHTTP.request(port: relay.port, method: "POST", path: "/v1/messages/\(id)/retry",
+                                                   headers: [("Authorization", "Bearer \(alice.secret)")]).status) ?? 0
+                statuses.withLock { $0.append(status) }
+                done.leave()
+            }
+        }
+        for _ in 0..<20 { ready.wait() }
+        for _ in 0..<20 { go.signal() }
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(statuses.withLock { $0 }.allSatisfy { $0 == 200 }, "\(statuses.withLock { $0 })")
+        #expect(mail.waitUntilBlocked(timeout: 30))
+        // One send, one retry: 28 left before this send, 27 after it.
+        let next = try relay.send(alice.secret, to: "alice@example.com", body: "the next")
+        #expect(next.header("RateLimit")?.hasPrefix("\"device-day\";r=27;") == true, "\(next.header("RateLimit") ?? "-")")
+    }
+
     /// A retry is another send: it costs what sending did, so a device cannot make the relay mail a
     /// refusing provider without end.
     @Test func aRetryIsChargedAsASend() throws {
@@ -370,6 +420,18 @@ import Testing
              400, "malformed_code"),
             ("/v1/destinations/confirm", "{\"address\":\"me@example.com\",\"code\":\"12345a\"}", "application/json",
              400, "malformed_code"),
+            // Whatever is not six digits is a malformed code, a number or a long string too; an address too
+            // long to be one is no address; an all-numeric top-level label is no domain (RFC 3696).
+            ("/v1/destinations/confirm", "{\"address\":\"me@example.com\",\"code\":123456}", "application/json",
+             400, "malformed_code"),
+            ("/v1/destinations/confirm", "{\"address\":\"me@example.com\",\"code\":\"\(String(repeating: "1", count: 40))\"}",
+             "application/json", 400, "malformed_code"),
+            ("/v1/destinations", "{\"address\":\"\(String(repeating: "a", count: 64))@\(String(repeating: "b", count: 300)).com\"}",
+             "application/json", 400, "invalid_address"),
+            ("/v1/destinations/confirm", "{\"address\":\"\(String(repeating: "a", count: 400))@example.com\",\"code\":\"123456\"}",
+             "application/json", 400, "invalid_address"),
+            ("/v1/destinations", "{\"address\":\"me@127.0.0.1\"}", "application/json", 400, "invalid_address"),
+            ("/v1/destinations", "{\"address\":\"me@1.2\"}", "application/json", 400, "invalid_address"),
         ]
         for (path, body, type, status, code) in cases {
             let response = try post(path, body, type: type)

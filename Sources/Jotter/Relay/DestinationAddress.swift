@@ -39,9 +39,11 @@ public struct DestinationAddress: Sendable, Equatable {
             && local.utf8.allSatisfy { Self.isAlphanumeric($0) || special.contains($0) || $0 == UInt8(ascii: ".") }
     }
 
-    /// A DNS name of at least two labels, letters, digits and inner hyphens.
+    /// A DNS name of at least two labels, letters, digits and inner hyphens, whose top-level label is
+    /// not all digits (RFC 3696 §2: so `1.2` or an IP address written without brackets is no domain).
     private static func isDomain(_ domain: Substring) -> Bool {
         let labels = domain.split(separator: ".", omittingEmptySubsequences: false)
+        guard let top = labels.last, !top.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return false }
         return labels.count >= 2 && domain.utf8.count <= 253 && labels.allSatisfy { label in
             (1...63).contains(label.utf8.count) && !label.hasPrefix("-") && !label.hasSuffix("-")
                 && label.utf8.allSatisfy { Self.isAlphanumeric($0) || $0 == UInt8(ascii: "-") }

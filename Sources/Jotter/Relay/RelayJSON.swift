@@ -34,10 +34,10 @@ enum RelayJSON {
             return .success(text)
         }
 
-        /// Member `key` as an email address a relay can send to.
+        /// Member `key` as an email address a relay can send to (one too long is no such address).
         func address(_ key: String) -> Result<DestinationAddress, Failure> {
-            string(key, required: true, maximumBytes: 320).flatMap { text in
-                guard let address = text.flatMap(DestinationAddress.init) else {
+            string(key, required: true).flatMap { text in
+                guard let text, text.utf8.count <= 320, let address = DestinationAddress(text) else {
                     return .failure(Failure(status: 400, code: "invalid_address",
                                             message: "\(key) must be a plain email address (local@domain)."))
                 }

@@ -135,7 +135,8 @@ struct RelayRoutes: Sendable {
         let address: DestinationAddress, language: String?
         switch RelayJSON.object(request, allowed: ["address", "language"]).flatMap({ fields in
             fields.address("address").flatMap { address in
-                fields.string("language", required: false, maximumBytes: 35).map { (address, $0) }
+                // A language that is no language tag (too long, say) means English, as an unknown one does.
+                fields.string("language", required: false).map { (address, $0.flatMap { $0.utf8.count <= 35 ? $0 : nil }) }
             }
         }) {
         case .success(let parsed): (address, language) = parsed
@@ -180,8 +181,9 @@ struct RelayRoutes: Sendable {
     private func confirm(_ request: HTTPRequest, device: String) -> HTTPResponse {
         let address: DestinationAddress, code: String
         switch RelayJSON.object(request, allowed: ["address", "code"]).flatMap({ fields in
-            fields.address("address").flatMap { address in
-                fields.string("code", required: true, maximumBytes: 16).map { (address, $0 ?? "") }
+            fields.address("address").map { address in
+                // Anything but six digits, a number or a long string included, is a malformed code.
+                (address, fields.value["code"]?.string ?? "")
             }
         }) {
         case .success(let parsed): (address, code) = parsed

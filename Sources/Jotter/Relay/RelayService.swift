@@ -69,6 +69,9 @@ public final class RelayService: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let onRequeued = Mutex<(@Sendable () -> Void)?>(nil)
+    /// One retry at a time in this process: its check, its charge and its put-back are one step, so
+    /// asking twice at once costs what asking once does (the limits and the messages are separate stores).
+    private let retrying = Mutex(())
     /// Where requests are worked on: the store blocks, so never on an HTTP thread (nor on the outbox's
     /// writer queue, whose answers hop back here).
     let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
@@ -291,6 +294,10 @@ public final class RelayService: Sendable {
     /// Retry. That costs what sending it did (the message limits), so retries cannot make the relay mail
     /// without end. Any other status is left alone. Nil if this device sent no such message.
     public func retry(deviceID: String, id: String, client: String) throws -> RetryOutcome? {
+        try retrying.withLock { _ in try retryAlone(deviceID: deviceID, id: id, client: client) }
+    }
+
+    private func retryAlone(deviceID: String, id: String, client: String) throws -> RetryOutcome? {
         guard try store.messageOwner(id: id) == deviceID, let record = try outbox.record(id: id) else { return nil }
         guard record.status == .failed else { return .record(record) }
         let now = clock.nowMilliseconds()
