@@ -432,6 +432,8 @@ import Synchronization
              "application/json", 400, "invalid_address"),
             ("/v1/destinations", "{\"address\":\"me@127.0.0.1\"}", "application/json", 400, "invalid_address"),
             ("/v1/destinations", "{\"address\":\"me@1.2\"}", "application/json", 400, "invalid_address"),
+            // A slash could never be forgotten again (an encoded slash is refused in every path).
+            ("/v1/destinations", "{\"address\":\"a/b@example.com\"}", "application/json", 400, "invalid_address"),
         ]
         for (path, body, type, status, code) in cases {
             let response = try post(path, body, type: type)
