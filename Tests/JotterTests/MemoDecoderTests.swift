@@ -216,6 +216,9 @@ import Testing
         #expect(memo.subject == nil && memo.body == "the text")
         let kept = try Self.decode("application/json", #"{"body":"\u0000visible"}"#)
         #expect(kept.body == "\u{0}visible", "a memo with something to read keeps its bytes")
+        // A visible format character (Arabic end of ayah), or an Arabic word between direction marks, is text.
+        #expect(try Self.decode("application/json", #"{"body":"\u06dd"}"#).body == "\u{06DD}")
+        #expect(try Self.decode("application/json", #"{"body":"\u200f\u0633\u0644\u0627\u0645\u200f"}"#).body.unicodeScalars.count == 6)
     }
 
     @Test func multipartWithBlankBodyIsEmpty() {

@@ -317,10 +317,13 @@ import Synchronization
 
     /// Asking for the same retry many times at once (a composer's Retry pressed on two devices, a page's
     /// request sent again) puts the message back once and costs what one retry costs.
-    @Test func simultaneousRetriesAreChargedOnce() throws {
+    @Test(arguments: RelayStoreKind.available)
+    func simultaneousRetriesAreChargedOnce(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
         let directory = TemporaryDirectory()
         let mail = RelayServer.steeredMail(directory.file("relay"))
-        let relay = try RelayServer(dataDirectory: directory.file("relay"), transport: mail) {
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, transport: mail) {
             $0.limits.devicePerMinute = nil
             $0.limits.devicePerDay = 30
         }

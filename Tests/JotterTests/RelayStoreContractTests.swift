@@ -133,6 +133,26 @@ import Testing
         #expect(try !store.spend([minute, day], now: start + 120_000).isAllowed, "the day's three are spent")
     }
 
+    /// A charge given back (a retry another request had already made) is as if never spent, in its own
+    /// window; never below nothing.
+    @Test(arguments: kinds)
+    func aRefundGivesBackWhatWasSpent(kind: Kind) throws {
+        let subject = try Subject(kind)
+        defer { subject.stop() }
+        let store = subject.store
+        let minute = LimitCharge(policy: "device-minute", partition: Self.bytes("d1"), quota: 2, windowSeconds: 60)
+        let start = minute.windowStart(now: Self.t0)
+        #expect(try store.spend([minute], now: start).isAllowed)
+        #expect(try store.spend([minute], now: start + 1).isAllowed)
+        #expect(try !store.spend([minute], now: start + 2).isAllowed, "two of two spent")
+        try store.refund([minute], spentAt: start + 1)
+        guard case .allowed(let states) = try store.spend([minute], now: start + 3) else { Issue.record("after refund"); return }
+        #expect(states.map(\.remaining) == [0])
+        try store.refund([minute], spentAt: start + 120_000)  // a window with nothing spent: stays at nothing
+        guard case .allowed(let later) = try store.spend([minute], now: start + 120_001) else { Issue.record("later"); return }
+        #expect(later.map(\.remaining) == [1])
+    }
+
     @Test(arguments: kinds)
     func messagesAreAdmittedOncePerKey(kind: Kind) throws {
         let subject = try Subject(kind)

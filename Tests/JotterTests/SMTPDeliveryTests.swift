@@ -132,6 +132,8 @@ import Testing
         ("under_score.example.com", "10.0.0.5", "[10.0.0.5]"),
         ("trailing.", "10.0.0.5", "[10.0.0.5]"),
         ("", "fd00::5", "[IPv6:fd00::5]"),
+        ("-bad.example.com", "10.0.0.5", "[10.0.0.5]"),
+        ("box.home.arpa", "10.0.0.5", "[10.0.0.5]"),
     ] as [(String, String?, String)])
     func theEHLONameIsChosenAsMailProgramsDo(host: String, local: String?, expected: String) {
         #expect(EHLOName.choose(hostName: host, localAddress: local) == expected)
@@ -440,6 +442,19 @@ import Testing
             #expect(try DeliveryKit.wait(server, id, timeout: 30) { $0.status == "sent" }.status == "sent")
         }
         #expect(fixture.smtp.received.count == 2)
+    }
+
+    /// A login missing or refused, answered at MAIL FROM (`530 5.7.57 Client not authenticated`), is the
+    /// password's problem, not the sender's: held as `auth`.
+    @Test func aLoginRefusedAtMailFromIsAuth() throws {
+        let fixture = try Fixture(mode: .plain)
+        defer { fixture.stop() }
+        try fixture.smtp.refuse(.mail, reply: "530 5.7.57 Client not authenticated to send mail")
+        let server = try fixture.jotter(relay: fixture.relay())
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "needs a login")
+        let entry = try DeliveryKit.settle(server, id)
+        #expect(entry.status == "held" && entry.lastError == "auth", "\(entry)")
     }
 
     /// A refused recipient stays that memo's refusal: a relay's recipients differ from memo to memo.

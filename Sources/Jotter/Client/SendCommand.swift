@@ -135,7 +135,7 @@ public enum SendCommand {
                 }
                 lastStatus = .unreachable
                 last = "no answer from \(trimmed(options.url))"
-                if let failure = error as? ServerClient.Unreachable, !failure.neverConnected { mayHaveArrived = true }
+                if let failure = error as? ServerClient.Unreachable, failure.requestSent { mayHaveArrived = true }
             }
             let remaining = deadline - now()
             guard remaining > 0 else { break }

@@ -22,18 +22,13 @@ struct ServerClient {
     /// Why no answer came at all (the server is not running, or went away mid-request).
     struct Unreachable: Error {
         var code: Int32
+        /// The request left this machine (a connection was made and the request sent) before the failure:
+        /// the server may have acted on it.
+        var requestSent = false
 
         /// The server answered but its certificate was not trusted (a LAN server's own CA, say).
         var isCertificateProblem: Bool {
             [CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM]
-                .map { Int32($0.rawValue) }.contains(code)
-        }
-
-        /// No connection was made, so nothing of the request left this machine (the name did not resolve,
-        /// the connection was refused, or the request could not even be set up).
-        var neverConnected: Bool {
-            code == -1 || [CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
-                           CURLE_SSL_CONNECT_ERROR, CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT]
                 .map { Int32($0.rawValue) }.contains(code)
         }
     }
@@ -71,7 +66,7 @@ struct ServerClient {
         do throws(CurlError) {
             try handle.perform()
         } catch {
-            throw Unreachable(code: error.code)
+            throw Unreachable(code: error.code, requestSent: handle.sentRequest)
         }
         return Response(status: handle.responseCode, body: handle.responseBody, headers: handle.responseHeaders)
     }

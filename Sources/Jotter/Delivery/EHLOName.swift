@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// What Jotter calls itself in SMTP's `EHLO`: the machine's name when it is a fully qualified domain
 /// name, else an address literal of the address the connection leaves from (`[192.168.1.20]`,
@@ -11,6 +12,21 @@ enum EHLOName {
         choose(hostName: machineName(), localAddress: sourceAddress(to: host, port: port))
     }
 
+    /// `forConnection`, worked out at most once every five minutes per transport: it costs a name lookup
+    /// outside libcurl's timeouts, and a memo after the first would otherwise pay it again.
+    final class Cache: Sendable {
+        private let entry = Mutex<(name: String, at: UInt64)?>(nil)
+        static let lifetimeNanoseconds: UInt64 = 300_000_000_000
+
+        func name(to host: String, port: Int) -> String {
+            let now = monotonicNanoseconds()
+            if let cached = entry.withLock({ $0 }), now - cached.at < Self.lifetimeNanoseconds { return cached.name }
+            let name = EHLOName.forConnection(to: host, port: port)
+            entry.withLock { $0 = (name, now) }
+            return name
+        }
+    }
+
     /// `hostName` when it is a domain name with a dot that is not this network's own (`.local`,
     /// `localdomain`, `localhost`); else `localAddress` as an RFC 5321 address literal; `[127.0.0.1]` when
     /// that is unknown too.
@@ -18,9 +34,12 @@ enum EHLOName {
         let name = hostName.lowercased()
         let labels = name.split(separator: ".", omittingEmptySubsequences: false)
         let local = ["local", "localdomain", "localhost", "lan", "home", "internal"]
-        if labels.count >= 2, labels.allSatisfy({ !$0.isEmpty }), LocalCertificateAuthority.isHostName(name),
-           !name.contains("_"), let last = labels.last, !local.contains(String(last)),
-           !last.allSatisfy({ $0.isNumber }) {
+        let isLabel = { (label: Substring) in
+            (1...63).contains(label.utf8.count) && !label.hasPrefix("-") && !label.hasSuffix("-")
+                && label.utf8.allSatisfy { $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) }
+        }
+        if labels.count >= 2, name.utf8.count <= 253, labels.allSatisfy(isLabel), let last = labels.last,
+           !local.contains(String(last)), !name.hasSuffix(".home.arpa"), !last.allSatisfy({ $0.isNumber }) {
             return name
         }
         guard let address = localAddress, !address.isEmpty else { return "[127.0.0.1]" }
@@ -35,19 +54,29 @@ enum EHLOName {
     }
 
     /// The local address a connection to `host` would leave from: a UDP socket "connected" there (no
-    /// packet is sent) is given the route's source address. Nil if `host` does not resolve.
+    /// packet is sent) is given the route's source address, for the first of `host`'s addresses that has
+    /// a route (as libcurl moves on from an address family without one). Nil if none has.
     static func sourceAddress(to host: String, port: Int) -> String? {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
         hints.ai_flags = AI_NUMERICSERV
         var list: UnsafeMutablePointer<addrinfo>?
         let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        guard getaddrinfo(name, String(port), &hints, &list) == 0, let first = list else { return nil }
+        guard getaddrinfo(name, String(port), &hints, &list) == 0 else { return nil }
         defer { freeaddrinfo(list) }
-        let fd = socket(first.pointee.ai_family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var candidate = list
+        while let info = candidate {
+            candidate = info.pointee.ai_next
+            if let address = sourceAddress(of: info) { return address }
+        }
+        return nil
+    }
+
+    private static func sourceAddress(of info: UnsafeMutablePointer<addrinfo>) -> String? {
+        let fd = socket(info.pointee.ai_family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else { return nil }
+        guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else { return nil }
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let named = withUnsafeMutablePointer(to: &storage) {

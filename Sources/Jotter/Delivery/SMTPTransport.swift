@@ -17,6 +17,7 @@ public struct SMTPTransport: Transport {
 
     let settings: Settings
     private let handles = EasyHandlePool()
+    private let ehloName = EHLOName.Cache()
     /// How long the reply to the end of DATA is waited for (RFC 5321 §4.5.3.2.6: 10 minutes).
     static let endOfDataReplyMilliseconds: Int64 = 600_000
 
@@ -33,7 +34,7 @@ public struct SMTPTransport: Transport {
         try handles.withHandle { (handle: EasyHandle) throws(DeliveryFailure) -> DeliveryReceipt in
             do {
                 // The URL's path is what libcurl says in EHLO.
-                let ehlo = EHLOName.forConnection(to: settings.host, port: settings.port)
+                let ehlo = ehloName.name(to: settings.host, port: settings.port)
                 try handle.set(CURLOPT_URL, url + "/" + Self.pathSegment(ehlo))
                 try handle.set(CURLOPT_PROTOCOLS_STR, settings.implicitTLS ? "smtps" : "smtp")
                 try handle.set(CURLOPT_NOSIGNAL, 1)
@@ -98,13 +99,14 @@ public struct SMTPTransport: Transport {
     /// until it changes or the server accepts again — not one failed memo after another. A refused `RCPT` or
     /// message stays this memo's (a relay's recipients differ; the content may be what was refused).
     static func failure(curl error: CurlError, reply: Int, refused command: String? = nil) -> DeliveryFailure {
-        if command == "MAIL", (500..<600).contains(reply), reply != 552 {
-            var failure = DeliveryFailure(.configuration, permanent: true)
-            failure.hint = "the mail server refuses the sender address (reply \(reply)): set from= to an address this account may send as"
-            return failure
-        }
         switch reply {
+        // First: a login that is missing or refused is answered at MAIL too (`530 5.7.57 Client not
+        // authenticated`), and is the password's, not the sender's.
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
+        case 500..<600 where command == "MAIL" && reply != 552:
+            var failure = DeliveryFailure(.configuration, permanent: true)
+            failure.hint = "the mail server refuses MAIL FROM (reply \(reply)): check from= and that this account may send from it"
+            return failure
         case 552: return DeliveryFailure(.mailboxFull, permanent: false)
         case 400..<500: return DeliveryFailure(.serverError, permanent: false)
         case 500..<600: return DeliveryFailure(.rejected, permanent: true)

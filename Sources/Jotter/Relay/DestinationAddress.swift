@@ -31,11 +31,9 @@ public struct DestinationAddress: Sendable, Equatable {
         return (undotted.isEmpty ? String(local) : undotted) + "@gmail.com"
     }
 
-    /// RFC 5321 dot-atom local part, at most 64 characters (no quoted strings), without `/`: an address is
-    /// a path segment of `DELETE /v1/destinations/{address}`, where an encoded slash is refused like every
-    /// request's, so an address with one could be verified but never forgotten.
+    /// RFC 5321 dot-atom local part, at most 64 characters (no quoted strings).
     private static func isLocalPart(_ local: Substring) -> Bool {
-        let special = Set("!#$%&'*+=?^_`{|}~-".utf8)
+        let special = Set("!#$%&'*+/=?^_`{|}~-".utf8)
         return (1...64).contains(local.utf8.count) && !local.hasPrefix(".") && !local.hasSuffix(".")
             && !local.contains("..")
             && local.utf8.allSatisfy { Self.isAlphanumeric($0) || special.contains($0) || $0 == UInt8(ascii: ".") }

@@ -213,6 +213,17 @@ public final class PostgresRelayStore: RelayStore {
         }
     }
 
+    public func refund(_ charges: [LimitCharge], spentAt now: Int64) throws {
+        try pool.transaction { connection in
+            for charge in charges {
+                try connection.execute("""
+                    UPDATE relay_counters SET count = GREATEST(count - 1, 0)
+                    WHERE policy = $1 AND partition = $2 AND window_start = $3
+                    """, [.text(charge.policy), .bytes(charge.partition), .integer(charge.windowStart(now: now))])
+            }
+        }
+    }
+
     static func check(_ charges: [LimitCharge], now: Int64, on connection: PostgresConnection) throws -> [LimitState] {
         try charges.map { charge in
             let used = Int(try connection.execute("""

@@ -142,6 +142,13 @@ struct RelayRoutes: Sendable {
         case .success(let parsed): (address, language) = parsed
         case .failure(let error): return respond(error.response)
         }
+        // An address is a path segment of `DELETE /v1/destinations/{address}`, where an encoded slash is
+        // refused like in every path: one with a slash could be verified but never forgotten. (Addresses
+        // verified before this check keep working.)
+        guard !address.address.contains("/") else {
+            return respond(.error(400, code: "invalid_address",
+                                  message: "This relay cannot take an address with a slash in it."))
+        }
         let lifetime = configuration.codes.lifetimeMilliseconds / 1000
         service.requestCode(deviceID: device, address: address, language: language,
                             client: request.remoteAddress) { result in

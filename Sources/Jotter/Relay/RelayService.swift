@@ -69,9 +69,6 @@ public final class RelayService: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let onRequeued = Mutex<(@Sendable () -> Void)?>(nil)
-    /// One retry at a time in this process: its check, its charge and its put-back are one step, so
-    /// asking twice at once costs what asking once does (the limits and the messages are separate stores).
-    private let retrying = Mutex(())
     /// Where requests are worked on: the store blocks, so never on an HTTP thread (nor on the outbox's
     /// writer queue, whose answers hop back here).
     let queue = DispatchQueue(label: "jotter.relay.requests", attributes: .concurrent)
@@ -293,15 +290,15 @@ public final class RelayService: Sendable {
     /// Puts message `id` back in the queue if the relay gave up on it (`failed`): its sender pressed
     /// Retry. That costs what sending it did (the message limits), so retries cannot make the relay mail
     /// without end. Any other status is left alone. Nil if this device sent no such message.
+    ///
+    /// Asking twice at once (on one node or two) costs what asking once does: the put-back decides in the
+    /// database which request made it, and the others give their charge back.
     public func retry(deviceID: String, id: String, client: String) throws -> RetryOutcome? {
-        try retrying.withLock { _ in try retryAlone(deviceID: deviceID, id: id, client: client) }
-    }
-
-    private func retryAlone(deviceID: String, id: String, client: String) throws -> RetryOutcome? {
         guard try store.messageOwner(id: id) == deviceID, let record = try outbox.record(id: id) else { return nil }
         guard record.status == .failed else { return .record(record) }
         let now = clock.nowMilliseconds()
-        if case .refused(let states) = try store.spend(messageCharges(deviceID: deviceID, client: client), now: now) {
+        let charges = messageCharges(deviceID: deviceID, client: client)
+        if case .refused(let states) = try store.spend(charges, now: now) {
             return .limited(states)
         }
         do {
@@ -313,7 +310,8 @@ public final class RelayService: Sendable {
                 onRequeued.withLock { $0 }?()
             }
         } catch is DeliveryLifecycle.Refusal {
-            // No longer failed (another request retried it first): nothing more to do.
+            // No longer failed: another request retried it first, and paid for it.
+            try store.refund(charges, spentAt: now)
         }
         return try outbox.record(id: id).map(RetryOutcome.record)
     }

@@ -42,6 +42,10 @@ public protocol RelayStore: Sendable {
     /// Checks every limit in `charges` and spends them all, or none if any is exhausted.
     func spend(_ charges: [LimitCharge], now: Int64) throws -> LimitVerdict
 
+    /// Gives back what `spend(charges, now:)` took, when what it was spent on did not happen (a retry
+    /// that another request, on this node or another, had already made).
+    func refund(_ charges: [LimitCharge], spentAt now: Int64) throws
+
     /// Decides whether a message may be stored: its `Idempotency-Key` first (a replay, a conflict, or
     /// a key in flight), then whether `to` is verified for the device, then the limits (all checked,
     /// then all spent); on admission the key is reserved (in flight) until `complete` or `abandon`.

@@ -172,6 +172,16 @@ public struct SQLiteRelayStore: RelayStore {
     }
 
     /// Spends one of every layer; returns the states after spending.
+    public func refund(_ charges: [LimitCharge], spentAt now: Int64) throws {
+        try write(durable: false) { database in
+            for charge in charges {
+                try database.run("""
+                    UPDATE relay_counters SET count = MAX(count - 1, 0) WHERE policy = ? AND partition = ? AND window_start = ?
+                    """, [.text(charge.policy), .blob(charge.partition), .integer(charge.windowStart(now: now))])
+            }
+        }
+    }
+
     static func spend(_ charges: [LimitCharge], now: Int64, in database: Database) throws -> [LimitState] {
         for charge in charges {
             let start = charge.windowStart(now: now)

@@ -96,13 +96,13 @@ struct SendRoute: Sendable {
         }
     }
 
-    /// Whole seconds (rounded up) left of a stored memo's undo window; 0 once it has closed, or if the memo
-    /// is on its way, taken back, or cannot be read.
+    /// Whole seconds left of a stored memo's undo window, rounded down (never more than `DELETE` will
+    /// honour); 0 once under a second is left, or if the memo is on its way, taken back, or cannot be read.
     private func remainingUndoSeconds(of id: String) -> Int64 {
         guard let record = try? outbox.history.record(id: id), record.status == .queued, record.attempts == 0,
               let due = record.nextAttemptAt else { return 0 }
         let left = due - clock.nowMilliseconds()
-        return left > 0 ? (left + 999) / 1000 : 0
+        return max(left / 1000, 0)
     }
 
     /// Where a no-JavaScript form post returns: the page, in the language it was sent from (`?lang=`).

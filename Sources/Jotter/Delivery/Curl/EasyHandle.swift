@@ -35,8 +35,12 @@ public final class EasyHandle {
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
         _ = curlGlobalInit
-        guard let handle = curl_easy_init() else { throw CurlError(code: Int32(CURLE_FAILED_INIT.rawValue)) }
+        guard let handle = curl_easy_init() else {
+            errorBuffer.deallocate()
+            throw CurlError(code: Int32(CURLE_FAILED_INIT.rawValue))
+        }
         self.handle = handle
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
     }
 
     deinit {
@@ -140,6 +144,14 @@ public final class EasyHandle {
         let words = String(cString: errorBuffer).split(separator: " ", maxSplits: 2)
         guard words.count == 3, words[1] == "failed:", ["MAIL", "RCPT", "DATA"].contains(words[0]) else { return nil }
         return String(words[0])
+    }
+
+    /// Whether the last transfer got as far as sending its request (a connection made, TLS done): if not,
+    /// nothing of it left this machine.
+    public var sentRequest: Bool {
+        var microseconds: curl_off_t = 0
+        _ = jotter_curl_getinfo_off_t(handle, CURLINFO_PRETRANSFER_TIME_T, &microseconds)
+        return microseconds > 0
     }
 
     /// The last response's status (HTTP) or reply code (SMTP); 0 if none was received.
