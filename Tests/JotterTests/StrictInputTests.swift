@@ -83,6 +83,26 @@ import Testing
         #expect(!refused.text.contains("one") && !refused.text.contains("two"), "the answer never quotes the memo")
         #expect(try server.outbox.history.acceptedCount() == 0)
     }
+
+    /// Two Content-Type fields for one body: refused, on the composer and on the relay, whichever order.
+    @Test func twoContentTypesAreRefused() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        for types in [["text/plain", "application/json"], ["application/json", "text/plain"]] {
+            let refused = try server.route("POST", "/send", headers: types.map { ("Content-Type", $0) },
+                                           body: Array(#"{"body":"x"}"#.utf8))
+            #expect(refused.status == 400 && refused.errorCode == "bad_request", "\(types)")
+        }
+        #expect(try server.outbox.history.acceptedCount() == 0)
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let device = try relay.register()
+        let twice = try relay.route("POST", "/v1/destinations", headers: [
+            ("Authorization", "Bearer \(device.secret)"), ("Content-Type", "application/json"), ("Content-Type", "text/plain"),
+        ], body: Array(#"{"address":"me@example.com"}"#.utf8))
+        #expect(twice.status == 400 && twice.errorCode == "bad_request", "\(twice.text)")
+    }
 }
 
 @Suite struct CaseAndTypeTests {

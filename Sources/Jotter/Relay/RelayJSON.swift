@@ -48,6 +48,9 @@ enum RelayJSON {
 
     /// The request's body as a JSON object with members from `allowed` only.
     static func object(_ request: HTTPRequest, allowed: Set<String>) -> Result<Fields, Failure> {
+        guard request.headers.values("Content-Type").count <= 1 else {
+            return .failure(Failure(status: 400, code: "bad_request", message: "More than one Content-Type header."))
+        }
         let mediaType = (request.headers["Content-Type"] ?? "").split(separator: ";").first
             .map { $0.trimmingCharacters(in: " \t").lowercased() }
         guard mediaType == "application/json" else {

@@ -25,6 +25,11 @@ struct SendRoute: Sendable {
             respond(response)
             return
         }
+        // Two types for one body is no type: which one a proxy or a reader believes is anyone's guess.
+        guard request.headers.values("Content-Type").count <= 1 else {
+            respond(.error(400, code: "bad_request", message: "More than one Content-Type header."))
+            return
+        }
         let memo: MemoDecoder.Memo
         do {
             memo = try MemoDecoder.decode(contentType: request.headers["Content-Type"], body: request.body)
