@@ -195,6 +195,34 @@ import Synchronization
                 "an invite works for 7 days")
     }
 
+    /// Mistyped invites do not use up what a network may register in an hour (a household behind one
+    /// address): they are counted as wrong secrets are, a few and then 429.
+    @Test(arguments: RelayStoreKind.available)
+    func wrongInvitesDoNotUseUpTheRegistrations(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store) {
+            $0.registration = .invite
+            $0.limits.registrationsPerIPHour = 2
+        }
+        defer { relay.stop() }
+        var answers: [String] = []
+        for attempt in 0..<12 {
+            answers.append(try relay.json("POST", "/v1/devices", ["invite": "jri_mistyped\(attempt)"]).errorCode ?? "")
+        }
+        #expect(answers.prefix(4).allSatisfy { $0 == "invite_invalid" }, "\(answers)")
+        #expect(answers.suffix(2).allSatisfy { $0 == "too_many_attempts" }, "guessing is stopped: \(answers)")
+        #expect(!answers.contains("rate_limited"), "no registration was used up: \(answers)")
+        for _ in 0..<2 {
+            let made = try relay.application.service.issueInvite()
+            let registered = try relay.json("POST", "/v1/devices", ["invite": made.invite])
+            #expect(registered.status == 201, "the right invite still registers: \(registered.text)")
+        }
+        let third = try relay.json("POST", "/v1/devices", ["invite": try relay.application.service.issueInvite().invite])
+        #expect(third.status == 429 && third.errorCode == "rate_limited", "two devices an hour from here")
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func messagesGoOnlyToAddressesThisDeviceVerified(store kind: RelayStoreKind) throws {
         let store = try RelayTestStore(kind)

@@ -94,10 +94,17 @@ struct RelayRoutes: Sendable {
                 }
                 return .json(201, json.bytes)
             case .inviteInvalid:
-                return configuration.registration == .invite && invite == nil
-                    ? .error(403, code: "invite_required", message: "This relay registers devices by invite only.")
-                    : .error(403, code: "invite_invalid",
-                             message: "This invite is not valid (used, expired or unknown).")
+                if configuration.registration == .invite && invite == nil {
+                    return .error(403, code: "invite_required", message: "This relay registers devices by invite only.")
+                }
+                // Counted with wrong secrets: a few, then 429, so invites are not guessed at speed.
+                if let seconds = failedSecrets.retryAfter(client: request.remoteAddress) {
+                    var response = HTTPResponse.error(429, code: "too_many_attempts",
+                                                      message: "Too many wrong invites from here; wait before trying again.")
+                    response.headers.add(name: "Retry-After", value: String(seconds))
+                    return response
+                }
+                return .error(403, code: "invite_invalid", message: "This invite is not valid (used, expired or unknown).")
             case .limited(let states):
                 return Self.limited(states, code: "rate_limited", message: "Too many registrations; try again later.")
             }

@@ -116,7 +116,12 @@ public final class RelayService: Sendable {
         let id = try SecureRandom.uuid()
         let secret = try RelayKeys.newSecret(prefix: "jrs_")
         guard try store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
-                                             inviteHash: inviteHash, now: now) else { return .inviteInvalid }
+                                             inviteHash: inviteHash, now: now) else {
+            // No device came of it: a mistyped invite must not use up what a network may register in an
+            // hour (wrong invites are limited on their own, as wrong secrets are).
+            if !charges.isEmpty { try store.refund(charges, spentAt: now) }
+            return .inviteInvalid
+        }
         logger.info("device registered", metadata: ["device.id": id])
         return .registered(deviceID: id, secret: secret)
     }
