@@ -40,6 +40,12 @@ extension Application {
         if authority.isNew {
             logger.notice("created a local certificate authority; phones must trust it once",
                           metadata: ["ca.fingerprint": authority.fingerprint])
+        } else if let signer = try? authority.signer(),
+                  machineNames.contains(where: { !$0.contains(".") && signer.certificate.permits("DNS:jotter-probe." + $0) }) {
+            // A CA made before its names were narrowed to localhost and .local: it may vouch for every name
+            // under this machine's name, which can be a public top-level domain (`dev`, `app`).
+            logger.warning("the local CA may vouch for every name under this machine's host name; "
+                + "move the data directory's tls/ away to make a narrower one (phones then trust the new one once)")
         }
         let certificate = try ServerCertificate.loadOrRenew(directory: directory, authority: authority,
                                                             names: names, addresses: addresses, now: now)

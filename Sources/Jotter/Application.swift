@@ -112,8 +112,9 @@ public final class Application: Sendable {
             let addresses = configuration.lanAddresses ?? addressSource?() ?? []
             var trustAnchor: TrustAnchor?
             if !configuration.insecureHTTP {
+                // The bare host name is not asked for: the CA may vouch only for localhost and .local names.
                 let request = CertificateRequest(directory: dataDirectory.path + "/tls", machineNames: machineNames,
-                                                 names: ["localhost"] + machineNames)
+                                                 names: ["localhost"] + machineNames.filter { $0.hasSuffix(".local") })
                 certificateRequest = request
                 let tls = try Self.loadTLS(request, addresses: addresses, clock: clock, logger: logger)
                 http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)

@@ -6,8 +6,8 @@ import Testing
 /// Python's `plistlib`, not by the code that made them.
 @Suite struct CertificateTests {
     private static let day: Int64 = 86_400
-    private let hostNames = ["testbox", "testbox.local"]
-    private let names = ["localhost", "testbox", "testbox.local"]
+    private var hostNames = ["testbox", "testbox.local"]
+    private let names = ["localhost", "testbox.local"]
     private let addresses = ["192.168.1.20", "127.0.0.1"]
 
     private func make(_ directory: TemporaryDirectory, now: Int64? = nil, addresses: [String]? = nil) throws
@@ -56,7 +56,8 @@ import Testing
         #expect(ca.contains("X509v3 Key Usage: critical") && ca.contains("Certificate Sign, CRL Sign"))
         #expect(ca.contains("X509v3 Subject Key Identifier"))
         #expect(ca.contains("X509v3 Name Constraints: critical"))
-        for permitted in ["DNS:localhost", "DNS:local", "DNS:testbox", "IP:10.0.0.0/255.0.0.0",
+        #expect(!ca.contains("DNS:testbox"), "the machine's own name would admit every name under it")
+        for permitted in ["DNS:localhost", "DNS:local", "IP:10.0.0.0/255.0.0.0",
                           "IP:172.16.0.0/255.240.0.0", "IP:192.168.0.0/255.255.0.0", "IP:127.0.0.0/255.0.0.0",
                           "IP:169.254.0.0/255.255.0.0", "IP:FC00:0:0:0:0:0:0:0/FE00:0:0:0:0:0:0:0",
                           "IP:FE80:0:0:0:0:0:0:0/FFC0:0:0:0:0:0:0:0"] {
@@ -73,10 +74,10 @@ import Testing
         #expect(leaf.contains("Digital Signature"))
         #expect(leaf.contains("X509v3 Authority Key Identifier"))
         #expect(leaf.contains("prime256v1"))
-        for name in ["DNS:localhost", "DNS:testbox", "DNS:testbox.local", "IP Address:192.168.1.20",
-                     "IP Address:127.0.0.1"] {
+        for name in ["DNS:localhost", "DNS:testbox.local", "IP Address:192.168.1.20", "IP Address:127.0.0.1"] {
             #expect(leaf.contains(name), "certificate names \(name)")
         }
+        #expect(!leaf.contains("DNS:testbox,") && !leaf.contains("DNS:testbox\n"), "the bare name is left out")
         let (start, end) = try validity("cert.pem", directory)
         #expect(end - start <= 825 * Self.day, "Apple's cap on server certificates")
         #expect(end - start == ServerCertificate.lifetimeDays * Self.day)
@@ -120,6 +121,27 @@ import Testing
         let address = try forge("public-address", "IP:8.8.8.8")
         #expect(address.status != 0)
         #expect((address.output + address.errors).contains("permitted subtree violation"))
+    }
+
+    /// A machine named like a public top-level domain (`dev`, `app`): its CA must not vouch for the
+    /// public names under it, as it would if the host name were among its permitted names.
+    @Test func aMachineNamedLikeATopLevelDomainGetsNoCAForThatDomain() throws {
+        var test = self
+        test.hostNames = ["dev", "dev.local"]
+        let directory = TemporaryDirectory()
+        _ = try test.make(directory)
+        let extensions = directory.file("tls/site.ext")
+        try "subjectAltName=DNS:www.google.dev\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+            .write(toFile: extensions, atomically: true, encoding: .utf8)
+        let request = try openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                   "-keyout", "site-key.pem", "-subj", "/CN=www.google.dev", "-out", "site.csr"], directory)
+        try #require(request.status == 0, "\(request.errors)")
+        let signed = try openssl(["x509", "-req", "-in", "site.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                                  "-set_serial", "9", "-days", "30", "-extfile", extensions, "-out", "site.pem"], directory)
+        try #require(signed.status == 0, "\(signed.errors)")
+        let verified = try openssl(["verify", "-CAfile", "ca.pem", "site.pem"], directory)
+        #expect(verified.status != 0 && (verified.output + verified.errors).contains("permitted subtree violation"),
+                "\(verified.output) \(verified.errors)")
     }
 
     @Test func reloadingKeepsTheCAAndTheCertificate() throws {

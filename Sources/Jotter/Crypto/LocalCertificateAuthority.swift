@@ -86,11 +86,15 @@ public struct LocalCertificateAuthority: Sendable {
 
     /// The extensions of a new CA: a CA that signs end-entity certificates only (pathlen 0), within
     /// critical name constraints.
+    ///
+    /// RFC 5280 4.2.1.10: a DNS constraint admits the name and any name with labels added on the left, so
+    /// "local" admits "box.local" (no leading dot: that form is only defined for URIs). So only `localhost`
+    /// and `local`, which no public site can have: the machine's own host name would admit everything
+    /// under it, and a machine called `dev` or `app` (public top-level domains) would have a CA that can
+    /// vouch for `www.google.dev`. Phones reach this machine by address or by `name.local`.
     static func extensions(hostNames: [String]) -> [X509Certificate.Extension] {
-        // RFC 5280 4.2.1.10: a DNS constraint admits the name and any name with labels added on the
-        // left, so "local" admits "box.local" (no leading dot: that form is only defined for URIs).
-        var dnsNames = ["localhost", "local"]
-        for name in hostNames where !dnsNames.contains(name) && !name.hasSuffix(".local") { dnsNames.append(name) }
+        _ = hostNames
+        let dnsNames = ["localhost", "local"]
         let permitted = dnsNames.map { "permitted;DNS:\($0)" } + permittedNetworks.map { "permitted;IP:\($0)" }
         return [
             .init(nid: NID_basic_constraints, value: "critical,CA:TRUE,pathlen:0"),
