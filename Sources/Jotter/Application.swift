@@ -189,7 +189,12 @@ public final class Application: Sendable {
             try worker.start()
             try server.start()
             policy.setPort(server.port)
-            if let lanInfo { try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path) }
+            if let lanInfo {
+                try? LANRuntimeFile.write(lanInfo, dataDirectory: dataDirectory.path)
+            } else {
+                // What a LAN server that crashed left: `jotter pair` must not print its dead link.
+                LANRuntimeFile.remove(dataDirectory: dataDirectory.path)
+            }
             if watchesInterfaces {
                 let watcher = AddressWatcher { [weak self] in self?.refreshLANAddresses() }
                 addressWatcher.withLock { $0 = watcher }

@@ -93,7 +93,7 @@ case .service(let action, let configuration):
     }
 case .rekey(let dataDirectory):
     do {
-        let report = try Rekey.run(dataDirectory: dataDirectory)
+        let report = try Rekey.run(dataDirectory: dataDirectory, credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
         let resumed = report.resumed ? " (finished an interrupted rekey)" : ""
         print("Re-sealed \(report.resealed) memos under a new key\(resumed).")
     } catch {

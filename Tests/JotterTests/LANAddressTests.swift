@@ -318,4 +318,18 @@ struct LANAddressTests {
         #expect(printed.contains("The network changed: phones now reach Jotter at https://10.77.0.9:\(port)"), "\(printed)")
         #expect(log.contains("the LAN addresses changed"))
     }
+
+    /// A LAN server that crashed leaves `lan.json` behind; a server started without --lan clears it, so
+    /// `jotter pair` prints no link to a server that is not there.
+    @Test func aServerWithoutLANClearsWhatACrashedLANServerLeft() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        let stale = data + "/lan.json"
+        try #"{"scheme":"https","port":1,"addresses":["192.168.1.20"]}"#.write(toFile: stale, atomically: true, encoding: .utf8)
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        #expect(!FileManager.default.fileExists(atPath: stale))
+        #expect(throws: (any Error).self) { _ = try PairCommand.run(dataDirectory: data) }
+    }
 }

@@ -579,3 +579,23 @@ enum Drip {
         #expect(try server.outbox.history.counts().values.reduce(0, +) == 1)
     }
 }
+
+/// `jotter rekey` and where the key lives.
+@Suite struct RekeyCredentialTests {
+    /// A service given its key as a systemd credential reads that key, not the data directory's: a
+    /// rekey of the data directory's copy would leave the service unable to read its memos.
+    @Test func rekeyRefusesAKeyThatComesFromACredential() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let server = try TestServer(dataDirectory: data)
+        _ = try server.route("POST", "/send", headers: [("Content-Type", "text/plain")], body: Array("kept".utf8))
+        server.stop()
+        let credentials = directory.file("credentials")
+        try FileManager.default.createDirectory(atPath: credentials, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: data + "/key", toPath: credentials + "/jotter.key")
+        let key = FileManager.default.contents(atPath: data + "/key")
+        #expect(throws: Rekey.Failure.credentialKey) { _ = try Rekey.run(dataDirectory: data, credentialsDirectory: credentials) }
+        #expect(FileManager.default.contents(atPath: data + "/key") == key, "the key was left as it was")
+        #expect(!FileManager.default.fileExists(atPath: data + "/key.new"))
+    }
+}

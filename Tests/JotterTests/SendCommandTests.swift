@@ -166,6 +166,32 @@ import Testing
         #expect(bodies.contains { $0.hasSuffix(" and text\n") && $0.utf8.filter { $0 == 0x01 }.count == 20_000 })
     }
 
+    /// A wrong token once locked out (429 too_many_attempts) is still a wrong token: 77 at once, not a
+    /// minute of waiting and 75; a --ca file that cannot be read is a usage error, not "not trusted".
+    @Test func aLockedOutTokenAndAMissingCAEndAtOnce() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.lanTrustsLoopback = false
+            $0.lanAddresses = []
+        }
+        defer { server.stop() }
+        for _ in 0..<12 {
+            _ = try server.route("GET", "/history", headers: [("Authorization", "Bearer wrong-token")])
+        }
+        let url = "https://127.0.0.1:\(server.port)", ca = directory.file("data") + "/tls/ca.pem"
+        let started = Date()
+        let locked = try Self.jotter(["send", "--url", url, "--ca", ca, "--token", "wrong-token", "hello"])
+        #expect(locked.status == 77, "\(locked.error)")
+        #expect(locked.error.contains("too_many_attempts"), "\(locked.error)")
+        #expect(Date().timeIntervalSince(started) < 30, "not the retry loop")
+        let history = try Self.jotter(["history", "--url", url, "--ca", ca, "--token", "wrong-token"])
+        #expect(history.status == 77, "\(history.error)")
+        let missing = try Self.jotter(["send", "--url", url, "--ca", directory.file("no-such-ca.pem"), "hello"])
+        #expect(missing.status == 64 && missing.error.contains("cannot read the CA file"), "\(missing.error)")
+        #expect(try server.outbox.history.acceptedCount() == 0)
+    }
+
     /// The server restarts while `jotter send` is trying: the client keeps trying with the same
     /// Idempotency-Key, and the memo arrives exactly once.
     @Test func aRestartDuringTheRetryLoopLosesNothingAndSendsOnce() throws {

@@ -2,6 +2,7 @@
 public enum HistoryCommand {
     /// Fetches and formats; the status is 0, or `SendCommand.Status`'s meaning for what went wrong.
     public static func run(url: String, token: String?, limit: Int, caFile: String? = nil) -> SendCommand.Result {
+        if let refusal = SendCommand.unreadableCA(caFile, command: "jotter history") { return refusal }
         let client = ServerClient(baseURL: SendCommand.trimmed(url), token: token, timeoutSeconds: 10, caFile: caFile)
         let response: ServerClient.Response
         do {
@@ -15,7 +16,8 @@ public enum HistoryCommand {
                                       error: "jotter history: no answer from \(SendCommand.trimmed(url))\n")
         }
         guard response.status == 200, case .array(let entries)? = try? JSONValue.parse(response.body) else {
-            let status: SendCommand.Status = [401, 403].contains(response.status) ? .notAllowed
+            let lockedOut = response.status == 429 && response.errorCode == "too_many_attempts"
+            let status: SendCommand.Status = [401, 403].contains(response.status) || lockedOut ? .notAllowed
                 : [404, 405].contains(response.status) ? .usage : .temporary
             return SendCommand.Result(status: status, output: "",
                                       error: "jotter history: \(response.status) \(response.errorCode ?? "")\n")

@@ -87,6 +87,7 @@ public enum SendCommand {
         } catch {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
+        if let refusal = Self.unreadableCA(options.caFile, command: "jotter send") { return refusal }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
         let deadline = now() + Double(options.retryFor)
         var wait = 0.5
@@ -110,7 +111,9 @@ public enum SendCommand {
                     return Result(status: .refused, output: "",
                                   error: "jotter send: refused (\(response.status) \(response.errorCode ?? "")): "
                                     + (response.errorMessage ?? "the server did not say why") + "\n")
-                case 401, 403:
+                // 429 too_many_attempts: locked out after wrong tokens; waiting cannot mend the token.
+                case let status where status == 401 || status == 403
+                    || (status == 429 && response.errorCode == "too_many_attempts"):
                     return Result(status: .notAllowed, output: "",
                                   error: "jotter send: not allowed (\(response.status) \(response.errorCode ?? "")): "
                                     + (response.errorMessage ?? "") + "\n")
@@ -167,6 +170,13 @@ public enum SendCommand {
         }
         text += "--\(boundary)--\r\n"
         return ("multipart/form-data; boundary=\(boundary)", Array(text.utf8))
+    }
+
+    /// A usage error when `--ca` names a file that cannot be read (else libcurl's "not trusted" would send
+    /// the user after the wrong problem).
+    static func unreadableCA(_ caFile: String?, command: String) -> Result? {
+        guard let caFile, access(caFile, R_OK) != 0 else { return nil }
+        return Result(status: .usage, output: "", error: "\(command): cannot read the CA file \(caFile) (--ca or JOTTER_CA)\n")
     }
 
     /// What to do when the server's certificate is not trusted: a LAN server signs its own.

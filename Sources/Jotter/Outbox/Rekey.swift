@@ -43,8 +43,13 @@ public enum Rekey {
 
     /// Rekeys the data directory at `path` (the server must not be running: the directory lock is taken).
     /// `stopAfterBatches` interrupts the run on purpose (tests of the crash path).
-    public static func run(dataDirectory path: String, batchSize: Int = Rekey.batchSize,
-                           stopAfterBatches: Int? = nil) throws -> Report {
+    public static func run(dataDirectory path: String, credentialsDirectory: String? = nil,
+                           batchSize: Int = Rekey.batchSize, stopAfterBatches: Int? = nil) throws -> Report {
+        // A service given its key as a systemd credential reads that one, not the data directory's: a key
+        // rotated here would leave the service with the old one, and the memos sealed under the new.
+        if let credentialsDirectory, access(credentialsDirectory + "/jotter.key", F_OK) == 0 {
+            throw Failure.credentialKey
+        }
         let directory = try DataDirectory(path: path, create: false)
         guard DataDirectory.holdsData(databasePath: directory.databasePath) else {
             throw Failure.noDatabase(path: directory.databasePath)
