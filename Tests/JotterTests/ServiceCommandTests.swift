@@ -23,6 +23,7 @@ import Testing
                                        relayFile: directory.file("data/relay"))
         #expect(!unit.contains("S3cret"), "a unit's ExecStart is readable by every user")
         for directive in ["Restart=on-failure", "NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=strict",
+                          "PrivateUsers=yes",
                           "ReadWritePaths=\(directory.file("data"))", "RestrictAddressFamilies=",
                           "WantedBy=default.target", "--relay-file \(directory.file("data/relay"))",
                           "--port 7474", "--lan", "--warn-after 600"] {
@@ -59,6 +60,8 @@ import Testing
                                                                                   "--relay", "sendmail:"]),
                                            relayFile: directory.file("relay"))
         #expect(!sendmail.contains("NoNewPrivileges=yes"))
+        #expect(!sendmail.contains("PrivateUsers=yes"), "a setgid program does not work in a user namespace")
+        #expect(sendmail.contains("ProtectSystem=full"), "its spool under /var stays writable")
         let maildir = ServiceCommand.unit(binary: "/usr/bin/jotter",
                                           configuration: try Self.configuration(["--data-dir", directory.path,
                                                                                  "--relay", "maildir:/srv/mail/ana"]),
@@ -75,11 +78,14 @@ import Testing
                                                     "--relay", "resend://re_KEY?to=ana@example.com"])
         var calls: [[String]] = []
         let installed = try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
-                                               environment: environment) { calls.append($0); return (0, "") }
-        #expect(installed.contains("Installed"))
+                                               environment: environment, settle: {}) { words in
+            calls.append(words)
+            return (0, words[0] == "is-active" ? "active\n" : "")
+        }
+        #expect(installed.contains("Installed") && installed.contains("started it"))
         let unitPath = directory.file("config/systemd/user/jotter.service")
         #expect(FileManager.default.fileExists(atPath: unitPath))
-        #expect(calls == [["daemon-reload"], ["enable", "--now", "jotter.service"]])
+        #expect(calls == [["daemon-reload"], ["enable", "--now", "jotter.service"], ["is-active", "jotter.service"]])
         let relay = try String(contentsOfFile: directory.file("data/relay"), encoding: .utf8)
         #expect(relay == "resend://re_KEY?to=ana@example.com\n")
         let mode = (try FileManager.default.attributesOfItem(atPath: directory.file("data/relay"))[.posixPermissions] as? Int)
@@ -95,6 +101,24 @@ import Testing
                                              environment: environment) { _ in (0, "") }
         #expect(removed.contains("removed"))
         #expect(!FileManager.default.fileExists(atPath: unitPath))
+    }
+
+    /// Enabled and started is not running: a server that cannot start (its port taken) is restarted every
+    /// 2 s, and install says so instead of "started". A Maildir elsewhere that does not exist yet is made,
+    /// as systemd will not start a unit whose writable path is missing.
+    @Test func installSaysWhenTheServiceDoesNotStayRunning() throws {
+        let directory = TemporaryDirectory()
+        let mail = directory.file("mail/ana")
+        let configuration = try Self.configuration(["--data-dir", directory.file("data"), "--relay", "maildir:" + mail])
+        let error = try #require(throws: CommandLineOptions.UsageError.self) {
+            try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: ["XDG_CONFIG_HOME": directory.file("config")], settle: {}) { words in
+                (words[0] == "is-active" ? 3 : 0, words[0] == "is-active" ? "activating\n" : "")
+            }
+        }
+        #expect(error.description.contains("journalctl --user -u jotter.service"), "\(error)")
+        var isDirectory: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: mail, isDirectory: &isDirectory) && isDirectory.boolValue)
     }
 
     @Test func installSaysWhatToDoWhenThereIsNoUserSession() throws {

@@ -52,7 +52,9 @@ public enum ServiceCommand {
             "RestartSec=2",
             "UMask=0077",
             "PrivateTmp=yes",
-            "ProtectSystem=strict",
+            // A setgid sendmail writes its spool under /var (Postfix's maildrop), which strict would make
+            // read-only: full protects /usr, /boot and /etc only.
+            "ProtectSystem=" + (sendmail ? "full" : "strict"),
             "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
             "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
             "LockPersonality=yes",
@@ -61,9 +63,11 @@ public enum ServiceCommand {
             "SystemCallArchitectures=native",
         ]
         if !sendmail {
-            lines += ["NoNewPrivileges=yes", "RestrictSUIDSGID=yes"]
+            // A user unit's ProtectSystem, PrivateTmp and ReadWritePaths need a user namespace: systemd
+            // 253 and later imply one, 252 (Debian 12) skips those settings silently without it.
+            lines += ["NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "PrivateUsers=yes"]
         } else {
-            lines.append("# NoNewPrivileges is off: the local MTA's sendmail is setgid.")
+            lines.append("# NoNewPrivileges and PrivateUsers are off: the local MTA's sendmail is setgid.")
         }
         lines += ["", "[Install]", "WantedBy=default.target", ""]
         return lines.joined(separator: "\n")
@@ -116,7 +120,7 @@ public enum ServiceCommand {
 
     /// Runs `action`; returns the text to print. `systemctl` runs `systemctl --user …` (injected for tests).
     public static func run(_ action: Action, binary: String, configuration: Configuration,
-                           environment: [String: String],
+                           environment: [String: String], settle: () -> Void = { usleep(2_000_000) },
                            systemctl: ([String]) -> (status: Int32, output: String)) throws -> String {
         let directory = unitDirectory(environment: environment)
         let unitPath = directory + "/" + unitName
@@ -126,6 +130,10 @@ public enum ServiceCommand {
                         relayFile: configuration.relay == nil ? nil : configuration.dataDirectory + "/relay")
         case .install:
             try DataDirectory.makeDirectories(configuration.dataDirectory, mode: 0o700)
+            // Every path the unit lets it write must exist, or systemd refuses to start it.
+            if let relay = configuration.relay, let path = localPath(relay) {
+                try DataDirectory.makeDirectories(path, mode: 0o700)
+            }
             var relayFile: String?
             if let relay = configuration.relay {
                 relayFile = configuration.dataDirectory + "/relay"
@@ -141,7 +149,17 @@ public enum ServiceCommand {
                     + "\(unitName)' failed (is there a user session? try 'loginctl enable-linger'): "
                     + enabled.output.prefix(300))
             }
-            return "Installed \(unitPath) and started it; it starts at login. 'jotter service status' shows it."
+            // Started is not running: a server that cannot start (a port taken, say) is restarted every 2 s.
+            settle()
+            switch systemctl(["is-active", unitName]).output.trimmingWhitespaceAndNewlines() {
+            case "active":
+                return "Installed \(unitPath) and started it; it starts at login. 'jotter service status' shows it."
+            case "activating", "failed", "inactive":
+                throw CommandLineOptions.UsageError(description: "installed \(unitPath) and enabled it, but it does not "
+                    + "stay running: 'journalctl --user -u \(unitName)' says why")
+            default:
+                return "Installed \(unitPath) and enabled it; it starts at login. 'jotter service status' shows how it runs."
+            }
         case .uninstall:
             let disabled = systemctl(["disable", "--now", unitName])
             guard unlink(unitPath) == 0 || errno == ENOENT else {
