@@ -25,27 +25,35 @@ extension Application {
 
     /// The CA and a certificate naming `request`'s names and `addresses` (and 127.0.0.1).
     static func loadTLS(_ request: CertificateRequest, addresses: [String], clock: any WallClock,
-                                    logger: Logger) throws -> TLS {
+                        logger: Logger, atStart: Bool = true) throws -> TLS {
         try loadTLS(directory: request.directory, machineNames: request.machineNames, names: request.names,
                     addresses: addresses + ["127.0.0.1"], now: clock.nowMilliseconds() / 1000,
-                    logger: logger.labelled("tls"))
+                    logger: logger.labelled("tls"), atStart: atStart)
     }
 
     /// Loads (or creates) the local CA and the server certificate, renewing the latter when due, and
     /// says so in the log: fingerprints, dates and reasons only, never a key.
     static func loadTLS(directory: String, machineNames: [String], names: [String], addresses: [String],
-                        now: Int64, logger: Logger) throws -> TLS {
+                        now: Int64, logger: Logger, atStart: Bool = true) throws -> TLS {
         let authority = try LocalCertificateAuthority.loadOrCreate(directory: directory, hostNames: machineNames,
                                                                    now: now)
         if authority.isNew {
             logger.notice("created a local certificate authority; phones must trust it once",
                           metadata: ["ca.fingerprint": authority.fingerprint])
-        } else if let signer = try? authority.signer(),
-                  machineNames.contains(where: { !$0.contains(".") && signer.certificate.permits("DNS:jotter-probe." + $0) }) {
-            // A CA made before its names were narrowed to localhost and .local: it may vouch for every name
-            // under this machine's name, which can be a public top-level domain (`dev`, `app`).
-            logger.warning("the local CA may vouch for every name under this machine's host name; "
-                + "move the data directory's tls/ away to make a narrower one (phones then trust the new one once)")
+        }
+        // A CA made before its names were narrowed to localhost and .local may vouch for this machine's bare
+        // host name, and every name under it (which can be a public top-level domain: `dev`, `app`). Its
+        // certificates keep naming the bare name (phones may reach the machine by it); at start, a warning.
+        var names = names
+        if !authority.isNew, let signer = try? authority.signer() {
+            let wide = machineNames.filter { name in
+                !name.contains(".") && name != "local" && name != "localhost" && signer.certificate.permits("DNS:" + name)
+            }
+            names += wide
+            if atStart, !wide.isEmpty {
+                logger.warning("the local CA may vouch for every name under this machine's host name; "
+                    + "move the data directory's tls/ away to make a narrower one (phones then trust the new one once)")
+            }
         }
         let certificate = try ServerCertificate.loadOrRenew(directory: directory, authority: authority,
                                                             names: names, addresses: addresses, now: now)

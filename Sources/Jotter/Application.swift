@@ -82,9 +82,13 @@ public final class Application: Sendable {
             throw StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
         }
         try dataDirectory.checkDatabase()
-        let key = try KeyStore.load(path: dataDirectory.keyPath,
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+        let credentialKey = credentialsDirectory.map { $0 + "/jotter.key" }
+        let key = try KeyStore.load(path: dataDirectory.keyPath, credentialPath: credentialKey,
                                     protecting: dataDirectory.databasePath)
+        // Told to `jotter rekey`, which runs from a shell without CREDENTIALS_DIRECTORY: the key that
+        // counts is the credential, and rotating the data directory's copy would lock the service out.
+        Rekey.markCredentialKey(dataDirectory: dataDirectory.path,
+                                credentialKey.map { access($0, F_OK) == 0 } ?? false)
         let relay = try RelayURL(configuration.relay ?? "maildir:" + dataDirectory.maildirPath)
         let transport = transport ?? relay.transport
         destination = relay.destination
@@ -225,7 +229,8 @@ public final class Application: Sendable {
             var trustAnchor = lanState.current.trustAnchor
             if let certificateRequest {
                 do {
-                    let tls = try Self.loadTLS(certificateRequest, addresses: addresses, clock: clock, logger: logger)
+                    let tls = try Self.loadTLS(certificateRequest, addresses: addresses, clock: clock, logger: logger,
+                                               atStart: false)
                     trustAnchor = tls.trustAnchor
                     // Whatever is on disk now, if it is not what is served (a swap that failed last time, too).
                     if tls.certificate.fingerprint == refresh.servedCertificate {

@@ -332,4 +332,33 @@ struct LANAddressTests {
         #expect(!FileManager.default.fileExists(atPath: stale))
         #expect(throws: (any Error).self) { _ = try PairCommand.run(dataDirectory: data) }
     }
+
+    /// A CA made before its names were narrowed (one that admits this machine's bare host name) keeps
+    /// working, its certificates keep naming that name, and the start warns once, not at every change.
+    @Test(.enabled(if: NetworkInterfaces.hostNames().contains { !$0.contains(".") }, "a host name without a dot"))
+    func anOlderWideCAWarnsOnceAndKeepsItsNames() throws {
+        let name = try #require(NetworkInterfaces.hostNames().first { !$0.contains(".") })
+        let directory = TemporaryDirectory()
+        let tls = directory.file("data/tls")
+        try FileManager.default.createDirectory(atPath: tls, withIntermediateDirectories: true)
+        let constraints = ["localhost", "local", name].map { "permitted;DNS:\($0)" }
+            + ["10.0.0.0/255.0.0.0", "192.168.0.0/255.255.0.0", "127.0.0.0/255.0.0.0"].map { "permitted;IP:\($0)" }
+        try ("[req]\ndistinguished_name=dn\n[dn]\n[v3_ca]\nbasicConstraints=critical,CA:TRUE,pathlen:0\n"
+            + "keyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash\n"
+            + "nameConstraints=critical," + constraints.joined(separator: ",") + "\n")
+            .write(toFile: tls + "/ca.cnf", atomically: true, encoding: .utf8)
+        let made = try Command.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                        "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "3650", "-subj", "/CN=old CA",
+                                        "-config", "ca.cnf", "-extensions", "v3_ca"], in: tls)
+        try #require(made.status == 0, "\(made.errors)")
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        let server = try Self.server(directory, interfaces)
+        defer { server.stop() }
+        let san = try Command.openssl(["x509", "-in", "cert.pem", "-noout", "-ext", "subjectAltName"], in: tls).output
+        #expect(san.contains("DNS:\(name)"), "the old CA's certificate keeps the bare name: \(san)")
+        interfaces.set(["10.0.0.7"])
+        #expect(server.application.refreshLANAddresses())
+        let warnings = server.logs.captured.components(separatedBy: "may vouch for every name under").count - 1
+        #expect(warnings == 1, "warned once, at start: \(warnings)")
+    }
 }

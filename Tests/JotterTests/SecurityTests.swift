@@ -597,5 +597,20 @@ enum Drip {
         #expect(throws: Rekey.Failure.credentialKey) { _ = try Rekey.run(dataDirectory: data, credentialsDirectory: credentials) }
         #expect(FileManager.default.contents(atPath: data + "/key") == key, "the key was left as it was")
         #expect(!FileManager.default.fileExists(atPath: data + "/key.new"))
+
+        // Run from a shell, which has no CREDENTIALS_DIRECTORY: the server that used the credential said so.
+        var configuration = Configuration(dataDirectory: data, publicDirectory: Repository.publicDirectory)
+        configuration.http.host = "127.0.0.1"
+        configuration.http.port = 0
+        let service = try Application(configuration: configuration, logSink: LogSink.memory(), credentialsDirectory: credentials)
+        try service.start()
+        service.stop()
+        #expect(throws: Rekey.Failure.credentialKey) { _ = try Rekey.run(dataDirectory: data) }
+        #expect(FileManager.default.contents(atPath: data + "/key") == key)
+        // Started again without the credential, the data directory's key is the one: rekey may rotate it.
+        let plain = try Application(configuration: configuration, logSink: LogSink.memory())
+        try plain.start()
+        plain.stop()
+        #expect(try Rekey.run(dataDirectory: data).resealed == 1)
     }
 }

@@ -60,8 +60,9 @@ import Testing
                                                                                   "--relay", "sendmail:"]),
                                            relayFile: directory.file("relay"))
         #expect(!sendmail.contains("NoNewPrivileges=yes"))
-        #expect(!sendmail.contains("PrivateUsers=yes"), "a setgid program does not work in a user namespace")
-        #expect(sendmail.contains("ProtectSystem=full"), "its spool under /var stays writable")
+        for namespaced in ["PrivateUsers=", "PrivateTmp=", "ProtectSystem=", "ReadWritePaths="] {
+            #expect(!sendmail.contains(namespaced), "a setgid program does not work in a user namespace: \(namespaced)")
+        }
         let maildir = ServiceCommand.unit(binary: "/usr/bin/jotter",
                                           configuration: try Self.configuration(["--data-dir", directory.path,
                                                                                  "--relay", "maildir:/srv/mail/ana"]),
@@ -85,7 +86,8 @@ import Testing
         #expect(installed.contains("Installed") && installed.contains("started it"))
         let unitPath = directory.file("config/systemd/user/jotter.service")
         #expect(FileManager.default.fileExists(atPath: unitPath))
-        #expect(calls == [["daemon-reload"], ["enable", "--now", "jotter.service"], ["is-active", "jotter.service"]])
+        #expect(calls == [["daemon-reload"], ["enable", "--now", "jotter.service"]]
+            + Array(repeating: ["is-active", "jotter.service"], count: 3))
         let relay = try String(contentsOfFile: directory.file("data/relay"), encoding: .utf8)
         #expect(relay == "resend://re_KEY?to=ana@example.com\n")
         let mode = (try FileManager.default.attributesOfItem(atPath: directory.file("data/relay"))[.posixPermissions] as? Int)

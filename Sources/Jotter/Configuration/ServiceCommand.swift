@@ -51,11 +51,6 @@ public enum ServiceCommand {
             "Restart=on-failure",
             "RestartSec=2",
             "UMask=0077",
-            "PrivateTmp=yes",
-            // A setgid sendmail writes its spool under /var (Postfix's maildrop), which strict would make
-            // read-only: full protects /usr, /boot and /etc only.
-            "ProtectSystem=" + (sendmail ? "full" : "strict"),
-            "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
             "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
             "LockPersonality=yes",
             "RestrictRealtime=yes",
@@ -63,11 +58,14 @@ public enum ServiceCommand {
             "SystemCallArchitectures=native",
         ]
         if !sendmail {
-            // A user unit's ProtectSystem, PrivateTmp and ReadWritePaths need a user namespace: systemd
-            // 253 and later imply one, 252 (Debian 12) skips those settings silently without it.
-            lines += ["NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "PrivateUsers=yes"]
+            // A user unit's file-system settings need a user namespace: systemd 253 and later imply one,
+            // 252 (Debian 12) skips them silently without it.
+            lines += ["PrivateTmp=yes", "ProtectSystem=strict", "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
+                      "NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "PrivateUsers=yes"]
         } else {
-            lines.append("# NoNewPrivileges and PrivateUsers are off: the local MTA's sendmail is setgid.")
+            // A setgid sendmail (Postfix's postdrop, Exim) needs its privileges, which a user namespace drops,
+            // and a user unit's file-system settings bring one (systemd 253 and later): none of them here.
+            lines.append("# No NoNewPrivileges, PrivateUsers, PrivateTmp or ProtectSystem: the local MTA's sendmail is setgid.")
         }
         lines += ["", "[Install]", "WantedBy=default.target", ""]
         return lines.joined(separator: "\n")
@@ -120,7 +118,7 @@ public enum ServiceCommand {
 
     /// Runs `action`; returns the text to print. `systemctl` runs `systemctl --user …` (injected for tests).
     public static func run(_ action: Action, binary: String, configuration: Configuration,
-                           environment: [String: String], settle: () -> Void = { usleep(2_000_000) },
+                           environment: [String: String], settle: () -> Void = { usleep(1_000_000) },
                            systemctl: ([String]) -> (status: Int32, output: String)) throws -> String {
         let directory = unitDirectory(environment: environment)
         let unitPath = directory + "/" + unitName
@@ -149,9 +147,16 @@ public enum ServiceCommand {
                     + "\(unitName)' failed (is there a user session? try 'loginctl enable-linger'): "
                     + enabled.output.prefix(300))
             }
-            // Started is not running: a server that cannot start (a port taken, say) is restarted every 2 s.
-            settle()
-            switch systemctl(["is-active", unitName]).output.trimmingWhitespaceAndNewlines() {
+            // Started is not running: a server that cannot start (a port taken, say) is restarted every 2 s,
+            // and is "active" for the moment each try runs: asked three times over three seconds.
+            var answers: [String] = []
+            for _ in 0..<3 {
+                settle()
+                answers.append(systemctl(["is-active", unitName]).output.trimmingWhitespaceAndNewlines())
+            }
+            let answer = answers.allSatisfy { $0 == "active" } ? "active"
+                : answers.first { ["activating", "failed", "inactive"].contains($0) } ?? answers.last ?? ""
+            switch answer {
             case "active":
                 return "Installed \(unitPath) and started it; it starts at login. 'jotter service status' shows it."
             case "activating", "failed", "inactive":

@@ -43,6 +43,21 @@ public enum Rekey {
 
     /// Rekeys the data directory at `path` (the server must not be running: the directory lock is taken).
     /// `stopAfterBatches` interrupts the run on purpose (tests of the crash path).
+    /// `DATA/key.credential`: the server last started with its key from a systemd credential.
+    static func credentialMarkerPath(dataDirectory: String) -> String { dataDirectory + "/key.credential" }
+
+    /// Records (or forgets) that the server reads its key from a credential, for `run` to refuse.
+    static func markCredentialKey(dataDirectory: String, _ fromCredential: Bool) {
+        let path = credentialMarkerPath(dataDirectory: dataDirectory)
+        if fromCredential {
+            guard access(path, F_OK) != 0 else { return }
+            try? FileIO.writeFile(path, Array("The key is a systemd credential: rotate it there, not with jotter rekey.\n".utf8),
+                                  mode: 0o600)
+        } else {
+            unlink(path)
+        }
+    }
+
     public static func run(dataDirectory path: String, credentialsDirectory: String? = nil,
                            batchSize: Int = Rekey.batchSize, stopAfterBatches: Int? = nil) throws -> Report {
         // A service given its key as a systemd credential reads that one, not the data directory's: a key
@@ -50,6 +65,7 @@ public enum Rekey {
         if let credentialsDirectory, access(credentialsDirectory + "/jotter.key", F_OK) == 0 {
             throw Failure.credentialKey
         }
+        if access(credentialMarkerPath(dataDirectory: path), F_OK) == 0 { throw Failure.credentialKey }
         let directory = try DataDirectory(path: path, create: false)
         guard DataDirectory.holdsData(databasePath: directory.databasePath) else {
             throw Failure.noDatabase(path: directory.databasePath)

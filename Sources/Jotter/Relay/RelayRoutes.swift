@@ -84,6 +84,11 @@ struct RelayRoutes: Sendable {
             case .failure(let error): return error.response
             }
         }
+        // Locked out after wrong invites: no invite is even looked at, so guessing stops (a right guess
+        // would otherwise still register while the wrong ones get 429).
+        if invite != nil, let seconds = failedSecrets.waiting(client: request.remoteAddress) {
+            return Self.tooManyInvites(seconds)
+        }
         return answering {
             switch try service.register(invite: invite, client: request.remoteAddress) {
             case .registered(let id, let secret):
@@ -99,16 +104,20 @@ struct RelayRoutes: Sendable {
                 }
                 // Counted with wrong secrets: a few, then 429, so invites are not guessed at speed.
                 if let seconds = failedSecrets.retryAfter(client: request.remoteAddress) {
-                    var response = HTTPResponse.error(429, code: "too_many_attempts",
-                                                      message: "Too many wrong invites from here; wait before trying again.")
-                    response.headers.add(name: "Retry-After", value: String(seconds))
-                    return response
+                    return Self.tooManyInvites(seconds)
                 }
                 return .error(403, code: "invite_invalid", message: "This invite is not valid (used, expired or unknown).")
             case .limited(let states):
                 return Self.limited(states, code: "rate_limited", message: "Too many registrations; try again later.")
             }
         }
+    }
+
+    private static func tooManyInvites(_ seconds: Int) -> HTTPResponse {
+        var response = HTTPResponse.error(429, code: "too_many_attempts",
+                                          message: "Too many wrong invites from here; wait before trying again.")
+        response.headers.add(name: "Retry-After", value: String(seconds))
+        return response
     }
 
     /// Runs `handler` with the device the request's bearer secret belongs to, or answers `401`.
