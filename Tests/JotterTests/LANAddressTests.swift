@@ -301,7 +301,9 @@ struct LANAddressTests {
             while [ $SECONDS -lt $deadline ]; do
                 after=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --cacert "$data/tls/ca.pem" \
                     --connect-to "10.77.0.9:$port:127.0.0.1:$port" "https://10.77.0.9:$port/healthz")
-                [ "$after" = 200 ] && grep -q '^The network changed' "$output" && break
+                # The log goes out through its own buffer: wait for it too before the server is killed.
+                [ "$after" = 200 ] && grep -q '^The network changed' "$output" \
+                    && grep -q 'the LAN addresses changed' "$errors" && break
                 sleep 0.05
             done
             echo "port=$port before=$before after=$after"
