@@ -477,6 +477,23 @@ import Testing
 }
 
 @Suite struct DeviceSightingTests {
+    /// A device's name cannot turn a `jotter devices` line, or the page's list, around: bidirectional
+    /// overrides, embeddings and isolates are dropped, when pairing and when renaming; marks stay.
+    @Test func aDeviceNameCannotReverseItsLine() throws {
+        let directory = TemporaryDirectory()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: ManualClock())
+        defer { outbox.close() }
+        let registry = try DeviceRegistry(outbox: outbox, clock: ManualClock())
+        let link = try registry.issuePairingToken().token
+        guard case .paired(let device, _) = try registry.pair(pairingToken: link,
+                                                              deviceName: "Ana\u{202E}enohP\u{202C} \u{2067}x\u{2069}") else {
+            Issue.record("not paired")
+            return
+        }
+        #expect(device.name == "AnaenohP x")
+        #expect(try registry.rename(id: device.id, to: "\u{202D}Kitchen\u{200F} tablet") == "Kitchen\u{200F} tablet")
+    }
+
     /// A paired device's requests are noted in memory and written together once the first is a minute
     /// old: a minute of time passing, even when the wall clock is set back meanwhile (on the wall clock
     /// the sightings waited for the clock to catch up).

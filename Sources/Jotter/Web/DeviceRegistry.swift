@@ -132,7 +132,7 @@ public final class DeviceRegistry: Sendable {
         let lookup = PairingCode.normalized(pairingToken).map { ("code_hash", codeHash($0)) }
             ?? ("token_hash", hash(pairingToken))
         let requestHash = request.flatMap { (16...128).contains($0.utf8.count) ? hash("pair request " + $0) : nil }
-        let name = String(SubjectLine.sanitized(deviceName).prefix(60))
+        let name = Self.displayName(deviceName)
         return try database.write { database -> PairOutcome in
                 guard let link = try database.statement(
                     "SELECT expires_at, used_at, request_hash, device_id, token_hash FROM pairing_tokens WHERE \(lookup.0) = ?"
@@ -281,9 +281,20 @@ public final class DeviceRegistry: Sendable {
         }
     }
 
+    /// A device's name as stored and listed: one line, at most 60 characters, without the bidirectional
+    /// embeddings, overrides and isolates (U+202A–202E, U+2066–2069) that would turn the rest of a
+    /// `jotter devices` line, or the page's list, around (a name that shows as another's).
+    static func displayName(_ name: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        scalars.append(contentsOf: SubjectLine.sanitized(name).unicodeScalars.filter { scalar in
+            !(0x202A...0x202E).contains(scalar.value) && !(0x2066...0x2069).contains(scalar.value)
+        })
+        return String(String(scalars).prefix(60))
+    }
+
     /// Renames a device (by id or unique id prefix); nil if none matched, else the stored name.
     public func rename(id: String, to name: String) throws -> String? {
-        let cleaned = String(SubjectLine.sanitized(name).prefix(60))
+        let cleaned = Self.displayName(name)
         guard !cleaned.isEmpty else { return nil }
         return try database.write { database in
             guard let match = try uniqueMatch(database, id: id, activeOnly: false) else { return nil }
