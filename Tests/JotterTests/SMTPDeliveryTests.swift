@@ -113,7 +113,7 @@ import Testing
         let entry = try DeliveryKit.settle(server, id, timeout: 20)
         #expect(entry.status == "sent", "\(entry) — \(fixture.smtp.events)")
         let helo = try #require(fixture.smtp.received.first?.helo)
-        let machine = EHLOName.machineName().lowercased()
+        let machine = NetworkInterfaces.hostName().lowercased()
         #expect(helo == EHLOName.choose(hostName: machine, localAddress: "127.0.0.1"))
         if !machine.contains(".") {
             #expect(helo == "[127.0.0.1]", "the address the connection left from, not the bare name \(machine)")

@@ -9,7 +9,7 @@ import Synchronization
 enum EHLOName {
     /// The name for a connection to `host` (a name or literal) on `port`.
     static func forConnection(to host: String, port: Int) -> String {
-        choose(hostName: machineName(), localAddress: sourceAddress(to: host, port: port))
+        choose(hostName: NetworkInterfaces.hostName(), localAddress: sourceAddress(to: host, port: port))
     }
 
     /// `forConnection`, worked out at most once every five minutes per transport: it costs a name lookup
@@ -44,13 +44,6 @@ enum EHLOName {
         }
         guard let address = localAddress, !address.isEmpty else { return "[127.0.0.1]" }
         return address.contains(":") ? "[IPv6:\(address)]" : "[\(address)]"
-    }
-
-    /// `gethostname`, or "" if it fails.
-    static func machineName() -> String {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard gethostname(&buffer, buffer.count) == 0 else { return "" }
-        return String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
     }
 
     /// The local address a connection to `host` would leave from: a UDP socket "connected" there (no

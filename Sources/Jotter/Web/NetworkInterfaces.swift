@@ -74,12 +74,16 @@ enum NetworkInterfaces {
         return entries
     }
 
+    /// `gethostname`, as it is; "" if it fails.
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "" }
+        return String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
+    }
+
     /// This machine's host name and its mDNS form (`name.local`).
     static func hostNames() -> [String] {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard gethostname(&buffer, buffer.count) == 0 else { return [] }
-        let name = String(decoding: buffer.prefix(while: { $0 != 0 }).map(UInt8.init(bitPattern:)), as: UTF8.self)
-            .lowercased()
+        let name = hostName().lowercased()
         guard !name.isEmpty, name != "localhost" else { return [] }
         return name.hasSuffix(".local") ? [name] : [name, name + ".local"]
     }
