@@ -32,14 +32,9 @@ enum EHLOName {
     /// that is unknown too.
     static func choose(hostName: String, localAddress: String?) -> String {
         let name = hostName.lowercased()
-        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
         let local = ["local", "localdomain", "localhost", "lan", "home", "internal"]
-        let isLabel = { (label: Substring) in
-            (1...63).contains(label.utf8.count) && !label.hasPrefix("-") && !label.hasSuffix("-")
-                && label.utf8.allSatisfy { $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) }
-        }
-        if labels.count >= 2, name.utf8.count <= 253, labels.allSatisfy(isLabel), let last = labels.last,
-           !local.contains(String(last)), !name.hasSuffix(".home.arpa"), !last.allSatisfy({ $0.isNumber }) {
+        if DomainName.isValid(name[...]), let last = name.split(separator: ".").last, !local.contains(String(last)),
+           !name.hasSuffix(".home.arpa") {
             return name
         }
         guard let address = localAddress, !address.isEmpty else { return "[127.0.0.1]" }

@@ -17,7 +17,7 @@ public struct DestinationAddress: Sendable, Equatable {
         let trimmed = Substring(text).trimmingCharacters(in: " \t")
         guard (3...254).contains(trimmed.utf8.count) else { return nil }
         let parts = trimmed.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, Self.isLocalPart(parts[0]), Self.isDomain(parts[1]) else { return nil }
+        guard parts.count == 2, Self.isLocalPart(parts[0]), DomainName.isValid(parts[1]) else { return nil }
         address = String(parts[0]) + "@" + parts[1].lowercased()
         normalized = address.lowercased()
         mailbox = Self.mailbox(local: parts[0].lowercased(), domain: parts[1].lowercased())
@@ -36,21 +36,6 @@ public struct DestinationAddress: Sendable, Equatable {
         let special = Set("!#$%&'*+/=?^_`{|}~-".utf8)
         return (1...64).contains(local.utf8.count) && !local.hasPrefix(".") && !local.hasSuffix(".")
             && !local.contains("..")
-            && local.utf8.allSatisfy { Self.isAlphanumeric($0) || special.contains($0) || $0 == UInt8(ascii: ".") }
-    }
-
-    /// A DNS name of at least two labels, letters, digits and inner hyphens, whose top-level label is
-    /// not all digits (RFC 3696 §2: so `1.2` or an IP address written without brackets is no domain).
-    private static func isDomain(_ domain: Substring) -> Bool {
-        let labels = domain.split(separator: ".", omittingEmptySubsequences: false)
-        guard let top = labels.last, !top.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return false }
-        return labels.count >= 2 && domain.utf8.count <= 253 && labels.allSatisfy { label in
-            (1...63).contains(label.utf8.count) && !label.hasPrefix("-") && !label.hasSuffix("-")
-                && label.utf8.allSatisfy { Self.isAlphanumeric($0) || $0 == UInt8(ascii: "-") }
-        }
-    }
-
-    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
-        (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+            && local.utf8.allSatisfy { DomainName.isLetterOrDigit($0) || special.contains($0) || $0 == UInt8(ascii: ".") }
     }
 }
