@@ -33,8 +33,9 @@ public struct LocalCertificateAuthority: Sendable {
     ]
 
     /// Loads `directory/ca.pem` and `directory/ca-key.pem`, creating both if there is no `ca.pem`.
-    /// `hostNames` (this machine's names) join `localhost` and `local` as the DNS names a new CA may
-    /// vouch for; an existing CA keeps the constraints it was made with. `now` is Unix time (tests move it).
+    /// The first of `hostNames` (this machine's names) names the CA and its profile; the DNS names a new CA
+    /// may vouch for are `localhost` and `local` only (`extensions`), and an existing CA keeps the
+    /// constraints it was made with. `now` is Unix time (tests move it).
     public static func loadOrCreate(directory: String, hostNames: [String],
                                     now: Int64? = nil) throws -> LocalCertificateAuthority {
         let now = now ?? Int64(time(nil))
@@ -66,7 +67,7 @@ public struct LocalCertificateAuthority: Sendable {
         let certificate = try X509Certificate.issue(
             commonName: "Jotter local CA (\(machineName.prefix(40)))", key: key,
             validity: (now - 3600)...(now + lifetimeDays * 86_400),
-            extensions: extensions(hostNames: names), issuer: nil, issuerKey: key)
+            extensions: extensions(), issuer: nil, issuerKey: key)
         let keyPEM = try key.pem()
         try CertificateFiles.replace(keyPath, with: keyPEM, mode: 0o600)
         try CertificateFiles.replace(certificatePath, with: try certificate.pem(), mode: 0o644)
@@ -92,8 +93,7 @@ public struct LocalCertificateAuthority: Sendable {
     /// and `local`, which no public site can have: the machine's own host name would admit everything
     /// under it, and a machine called `dev` or `app` (public top-level domains) would have a CA that can
     /// vouch for `www.google.dev`. Phones reach this machine by address or by `name.local`.
-    static func extensions(hostNames: [String]) -> [X509Certificate.Extension] {
-        _ = hostNames
+    static func extensions() -> [X509Certificate.Extension] {
         let dnsNames = ["localhost", "local"]
         let permitted = dnsNames.map { "permitted;DNS:\($0)" } + permittedNetworks.map { "permitted;IP:\($0)" }
         return [
