@@ -87,7 +87,7 @@ struct RelayRoutes: Sendable {
         // Locked out after wrong invites: no invite is even looked at, so guessing stops (a right guess
         // would otherwise still register while the wrong ones get 429).
         if invite != nil, let seconds = failedSecrets.waiting(client: request.remoteAddress) {
-            return Self.tooManyInvites(seconds)
+            return Self.tooManyAttempts("invites", seconds)
         }
         return answering {
             switch try service.register(invite: invite, client: request.remoteAddress) {
@@ -104,7 +104,7 @@ struct RelayRoutes: Sendable {
                 }
                 // Counted with wrong secrets: a few, then 429, so invites are not guessed at speed.
                 if let seconds = failedSecrets.retryAfter(client: request.remoteAddress) {
-                    return Self.tooManyInvites(seconds)
+                    return Self.tooManyAttempts("invites", seconds)
                 }
                 return .error(403, code: "invite_invalid", message: "This invite is not valid (used, expired or unknown).")
             case .limited(let states):
@@ -113,9 +113,10 @@ struct RelayRoutes: Sendable {
         }
     }
 
-    private static func tooManyInvites(_ seconds: Int) -> HTTPResponse {
+    /// `429 too_many_attempts` with `Retry-After`: this client sent too many wrong `what`s (secrets, invites).
+    private static func tooManyAttempts(_ what: String, _ seconds: Int) -> HTTPResponse {
         var response = HTTPResponse.error(429, code: "too_many_attempts",
-                                          message: "Too many wrong invites from here; wait before trying again.")
+                                          message: "Too many wrong \(what) from here; wait before trying again.")
         response.headers.add(name: "Retry-After", value: String(seconds))
         return response
     }
@@ -135,10 +136,7 @@ struct RelayRoutes: Sendable {
         }
         guard let device else {
             if let seconds = failedSecrets.retryAfter(client: request.remoteAddress) {
-                var response = HTTPResponse.error(429, code: "too_many_attempts",
-                                                  message: "Too many wrong secrets from here; wait before trying again.")
-                response.headers.add(name: "Retry-After", value: String(seconds))
-                return respond(response)
+                return respond(Self.tooManyAttempts("secrets", seconds))
             }
             return respond(Self.unauthorized("invalid_credentials", "This secret is not a device's of this relay."))
         }
