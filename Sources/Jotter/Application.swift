@@ -82,7 +82,7 @@ public final class Application: Sendable {
             throw StartFailure.interruptedRekey(path: dataDirectory.keyPath + ".new")
         }
         try dataDirectory.checkDatabase()
-        let credentialKey = credentialsDirectory.map { $0 + "/jotter.key" }
+        let credentialKey = credentialsDirectory.map(KeyStore.credentialPath(in:))
         let key = try KeyStore.load(path: dataDirectory.keyPath, credentialPath: credentialKey,
                                     protecting: dataDirectory.databasePath)
         // Told to `jotter rekey`, which runs from a shell without CREDENTIALS_DIRECTORY: the key that

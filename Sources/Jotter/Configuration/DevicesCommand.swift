@@ -51,7 +51,7 @@ public enum DevicesCommand {
         }
         // Opening the outbox applies migrations; the registry then shares the database file.
         let key = try KeyStore.load(path: directory + "/key",
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    credentialPath: credentialsDirectory.map(KeyStore.credentialPath(in:)),
                                     protecting: directory + "/jotter.db")
         let outbox = try Outbox(path: directory + "/jotter.db", key: key)
         defer { outbox.close() }

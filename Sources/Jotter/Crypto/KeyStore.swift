@@ -35,6 +35,12 @@ public enum KeyStore {
         }
     }
 
+    /// Where systemd puts the key given as a credential named `jotter.key` (`LoadCredential=jotter.key:…`)
+    /// in `$CREDENTIALS_DIRECTORY`.
+    public static func credentialPath(in credentialsDirectory: String) -> String {
+        credentialsDirectory + "/jotter.key"
+    }
+
     /// The key at `credentialPath` if that file exists, else the one at `path`, created if missing
     /// unless `protecting` names a database that holds memos (a new key could never open them: the
     /// real key must be restored, and a stray new one would be in the way).

@@ -62,7 +62,7 @@ public enum Rekey {
                            batchSize: Int = Rekey.batchSize, stopAfterBatches: Int? = nil) throws -> Report {
         // A service given its key as a systemd credential reads that one, not the data directory's: a key
         // rotated here would leave the service with the old one, and the memos sealed under the new.
-        if let credentialsDirectory, access(credentialsDirectory + "/jotter.key", F_OK) == 0 {
+        if let credentialsDirectory, access(KeyStore.credentialPath(in: credentialsDirectory), F_OK) == 0 {
             throw Failure.credentialKey
         }
         if access(credentialMarkerPath(dataDirectory: path), F_OK) == 0 { throw Failure.credentialKey }

@@ -43,7 +43,7 @@ public final class RelayApplication: Sendable {
         }
         if configuration.store == .sqlite { try dataDirectory.checkDatabase() }
         let key = try KeyStore.load(path: dataDirectory.keyPath,
-                                    credentialPath: credentialsDirectory.map { $0 + "/jotter.key" },
+                                    credentialPath: credentialsDirectory.map(KeyStore.credentialPath(in:)),
                                     protecting: dataDirectory.databasePath)
         let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
         mailFingerprint = Array(mail.utf8)

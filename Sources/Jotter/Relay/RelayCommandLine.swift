@@ -265,7 +265,7 @@ public enum RelayInviteCommand {
     public static func run(dataDirectory: String, store location: RelayConfiguration.StoreLocation = .sqlite,
                            credentialsDirectory: String? = nil) throws -> String {
         let database = DataDirectory.databasePath(in: dataDirectory), keyPath = DataDirectory.keyPath(in: dataDirectory)
-        let credential = credentialsDirectory.map { $0 + "/jotter.key" }
+        let credential = credentialsDirectory.map(KeyStore.credentialPath(in:))
         switch location {
         case .sqlite where access(database, F_OK) != 0:
             throw CommandLineOptions.UsageError(
