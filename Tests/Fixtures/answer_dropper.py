@@ -5,10 +5,11 @@ its standard input closes.
 
 Usage: answer_dropper.py UPSTREAM_PORT
 """
-import os
 import socket
 import sys
 import threading
+
+from fixture_lifetime import exit_when_stdin_closes
 
 
 def read_request(connection):
@@ -51,13 +52,6 @@ def handle(client, upstream_port):
         # The answer came; the client never gets it.
 
 
-def watch_stdin():
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    finally:
-        os._exit(0)
-
 
 def main():
     upstream_port = int(sys.argv[1])
@@ -66,7 +60,7 @@ def main():
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     print(listener.getsockname()[1], flush=True)
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    exit_when_stdin_closes()
     while True:
         client, _ = listener.accept()
         threading.Thread(target=handle, args=(client, upstream_port), daemon=True).start()

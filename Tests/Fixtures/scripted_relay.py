@@ -39,6 +39,8 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fixture_lifetime import exit_when_stdin_closes
+
 
 class Relay:
     def __init__(self, script, record_dir, delay_ms):
@@ -206,13 +208,6 @@ class Server(ThreadingHTTPServer):
         pass  # a client that went away (a timeout, a reset) is part of the script
 
 
-def watch_stdin():
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    finally:
-        os._exit(0)
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,7 +229,7 @@ def main():
         context.load_cert_chain(args.cert, args.key)
         # A failed handshake (a client that does not trust us) is an OSError in accept(): no request.
         server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    exit_when_stdin_closes()
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

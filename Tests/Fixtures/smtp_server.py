@@ -35,6 +35,8 @@ import threading
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
+from fixture_lifetime import exit_when_stdin_closes
+
 
 class Recorder:
     """Writes what the server sees, and decides refusals from control.json."""
@@ -187,14 +189,6 @@ class Authenticator:
         return AuthResult(success=ok, handled=False, auth_data=auth_data)
 
 
-def watch_stdin():
-    """Exit as soon as the test process lets go of our standard input (or dies)."""
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    finally:
-        os._exit(0)
-
 
 async def serve(args):
     loop = asyncio.get_running_loop()
@@ -247,7 +241,7 @@ def main():
     args = parser.parse_args()
     if args.mode != "plain" and not (args.cert and args.key):
         parser.error("--cert and --key are needed for TLS")
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    exit_when_stdin_closes()
     asyncio.run(serve(args))
 
 
