@@ -127,4 +127,105 @@ import Testing
             #expect(throws: RelayURL.Failure.self, "\(bad)") { try RelayURL("markdown:/vault?file=\(bad)") }
         }
     }
+
+    /// What `cmark` (CommonMark's reference reader) sees in `note`: for each entry, in order, whether
+    /// its `##` heading is a heading of the note's top level, its marker an HTML block there, and a
+    /// body of `sentinel` a paragraph there; and every other level 1–2 heading anywhere.
+    static func readWithCMark(_ note: String) throws -> [String] {
+        let script = """
+            import subprocess, sys, xml.etree.ElementTree as ET
+            ns = '{http://commonmark.org/xml/1.0}'
+            xml = subprocess.run(['cmark', '--to', 'xml'], input=sys.stdin.buffer.read(), capture_output=True, check=True).stdout
+            document = ET.fromstring(xml)
+            def text(node):
+                return ''.join(e.text or '' for e in node.iter() if e.tag in (ns + 'text', ns + 'code', ns + 'html_block'))
+            for child in document:
+                kind = child.tag[len(ns):]
+                if kind == 'heading' and child.get('level') in ('1', '2'):
+                    print('heading%s %s' % (child.get('level'), text(child)))
+                elif kind == 'html_block' and text(child).startswith('<!-- jotter:'):
+                    print('marker ' + text(child).strip())
+                elif kind == 'paragraph' and text(child).startswith('sentinel'):
+                    print('paragraph ' + text(child))
+            for heading in document.iter(ns + 'heading'):
+                if heading not in list(document) and heading.get('level') in ('1', '2'):
+                    print('nested heading%s %s' % (heading.get('level'), text(heading)))
+            """
+        return try Python.run(script, input: Array(note.utf8)).split(separator: "\n").map(String.init)
+    }
+
+    /// Appends each of `bodies` followed by a sentinel memo to one note, and reads the note with cmark:
+    /// the sequence must be exactly each entry's heading and marker, and each sentinel a paragraph of
+    /// its own, with no other level 1–2 heading anywhere. Returns the note and what went wrong.
+    static func containment(of bodies: [String]) throws -> (note: String, failures: [String]) {
+        let directory = TemporaryDirectory()
+        let transport = try MarkdownTransport(folder: directory.path, file: "note.md", heading: "entry")
+        var expected: [String] = []
+        for (index, body) in bodies.enumerated() {
+            _ = try transport.send(Self.memo("m\(index)", body))
+            _ = try transport.send(Self.memo("s\(index)", "sentinel \(index)"))
+            expected += ["heading2 entry", "marker <!-- jotter:m\(index) -->"]
+            expected += ["heading2 entry", "marker <!-- jotter:s\(index) -->", "paragraph sentinel \(index)"]
+        }
+        let note = try String(contentsOfFile: directory.file("note.md"), encoding: .utf8)
+        let seen = try Self.readWithCMark(note)
+        guard seen != expected else { return (note, []) }
+        let first = (0..<min(seen.count, expected.count)).first(where: { seen[$0] != expected[$0] }) ?? min(seen.count, expected.count)
+        let body = bodies[min(first / 5, bodies.count - 1)]
+        return (note, ["after memo \(first / 5), \(body.debugDescription): saw \(seen.dropFirst(first).prefix(3)), "
+                       + "expected \(expected.dropFirst(first).prefix(3))"])
+    }
+
+    /// Memos a CommonMark reader would otherwise read as running into the next entry, or as headings
+    /// of the note's level: cmark reads every entry after them as what it is.
+    @Test(arguments: [
+        "- todo\n  ```\n  ls -la",                  // a fence opened in a list item, closed by the next entry
+        "- todo\n  ```\n  ls -la\n```",            // the unindented fence ends the item and opens a new one
+        "> ```\n> quoted code",
+        "   ~~~~ info\nfour tildes\n~~~\nstill inside",
+        "Shopping\n========\nmilk", "Plan\n---\nsteps", "Plan\n-", "#\tIdeas", "##", "> # quoted title",
+        "- ## listed title", "para\n# interrupting", "a\n\u{0D}# after a lone CR", "a\r\n## after CRLF",
+        "<!-- TODO: tidy\nrest", "<pre>\nls -la", "<PRE>\nls", "<script>\nlet a = 1", "<style>", "<textarea>\nx",
+        "<?php echo 1;", "<!DOCTYPE html", "<![CDATA[ raw", "<!-- jotter:s0 -->", "text <!-- jotter:s0 --> here",
+        "<pre>\n# not a heading\n</pre>\n# a heading", "<div>\n```\n\ntext", "<span>\n```",
+        "> - ```\n>   code", "1. one\n   ```\n2. two\n```", "    indented ```\n```", "```\n<pre>",
+        "para\n<pre>", "- a\n<!-- b", "<!-- a -->\n<pre>\n</pre>\n<!-- open",
+    ])
+    func nothingAMemoHoldsRunsIntoTheNextEntryAsCMarkReadsIt(body: String) throws {
+        let (note, failures) = try Self.containment(of: [body])
+        #expect(failures.isEmpty, "\(failures)\n\(note)")
+    }
+
+    /// Random memos of lines that open and close CommonMark's blocks, nested in quotes and list items,
+    /// 600 of them (a fixed seed, so a failure repeats): cmark reads every entry after each as what it is.
+    @Test func randomMemosOfBlockSyntaxNeverRunIntoTheNextEntry() throws {
+        let pieces = ["```", "~~~~", "  ```", "- ```", "> ```", "   ~~~ x", "```js`", "````", "- todo", "  - nested",
+                      "    - deep", "1. one", "2) two", "> quote", ">> q", ">", "# h1", "## h2", "#\th", "### h3",
+                      "Title", "===", "---", "-", "***", "* * *", "<pre>", "</pre>", "<script>", "<!-- c", "-->",
+                      "<?php", "?>", "<!DOCTYPE x", "<![CDATA[", "]]>", "<div>", "</div>", "<span>", "<a href=\"x\">",
+                      "", "    indented", "\tcode", "text", "  text", "- ", "*", "+ item", "<textarea>", "</TEXTAREA>",
+                      "\r", " > - ```", "> > ~~~", "  > # t", "- > ```", "10. ten", "<p>", "</p x", "<x-y z='1'/>",
+                      ">\t```", "-\t```", "1.      wide", "- \t~~~", "\t- ```", "> ===", "> text", "<!-- a --> b",
+                      "<?x?>", "</pre>", "<pre/>", "0) zero", "- - -", "   ```", "    ```", " -", "\u{0B}", "#"]
+        var generator = SeededGenerator(seed: 0x6a6f74746572)
+        let bodies = (0..<600).map { _ in
+            (0..<Int.random(in: 1...8, using: &generator)).map { _ in
+                let piece = pieces.randomElement(using: &generator) ?? ""
+                return Int.random(in: 0..<4, using: &generator) == 0 ? "  " + piece : piece
+            }.joined(separator: "\n")
+        }
+        let (note, failures) = try Self.containment(of: bodies)
+        #expect(failures.isEmpty, "\(failures)\n\(note.prefix(4000))")
+    }
+
+    @Test func aSubjectIsReadLiterally() throws {
+        let directory = TemporaryDirectory()
+        let transport = try MarkdownTransport(folder: directory.path, file: "note.md", heading: "entry")
+        _ = try transport.send(Self.memo("a", "body", subject: "run `rm *.tmp` & <script> [x](y) ==hi== %%c $m$ _u_"))
+        let note = try String(contentsOfFile: directory.file("note.md"), encoding: .utf8)
+        let html = try Python.run("import subprocess, sys; sys.stdout.write(subprocess.run(['cmark'], input=sys.stdin.buffer.read(), capture_output=True, check=True).stdout.decode())",
+                                  input: Array(note.utf8))
+        #expect(html.contains("<strong>run `rm *.tmp` &amp; &lt;script&gt; [x](y) ==hi== %%c $m$ _u_</strong>"), "\(html)")
+    }
 }
+

@@ -8,9 +8,10 @@ import Synchronization
 /// The note is appended to in place (`O_APPEND`, one write per entry): other programs appending to
 /// it at the same time keep their lines, a symlinked note is written through, and the note keeps its
 /// mode. Each entry carries an invisible marker with the message id, so a retried delivery finds
-/// the entry already there and adds nothing. A memo can never break the note's structure: a code
-/// fence it leaves open is closed, a line that would read as a heading of the note's level or above
-/// is escaped, and a marker it contains is defused.
+/// the entry already there and adds nothing. A memo can never break the note's structure
+/// (`MarkdownContainment`): a code fence or HTML block it leaves open cannot run into the next
+/// entry, a line that would read as a heading of the note's level or above is escaped, and a marker
+/// it contains is defused.
 public final class MarkdownTransport: Transport {
     /// The folder that holds the notes.
     public let folder: String
@@ -69,48 +70,22 @@ public final class MarkdownTransport: Transport {
         return entry
     }
 
-    /// `body` with its structure contained: headings of level 1–2 outside code escaped, markers
-    /// defused, an unclosed fence closed (with a fence as long as the one it opened), a final newline.
+    /// The body made safe for the note: see `MarkdownContainment`.
     static func containedBody(_ body: String) -> String {
-        var lines: [String] = []
-        var openFence: (character: Character, length: Int)?
-        for line in body.split(separator: "\n", omittingEmptySubsequences: false) {
-            var text = String(line)
-            let trimmed = text.drop(while: { $0 == " " })
-            let indent = text.count - trimmed.count
-            if indent < 4, let first = trimmed.first, first == "`" || first == "~" {
-                let run = trimmed.prefix(while: { $0 == first }).count
-                if run >= 3 {
-                    if let fence = openFence {
-                        if first == fence.character && run >= fence.length
-                            && trimmed.dropFirst(run).allSatisfy({ $0 == " " || $0 == "\t" }) {
-                            openFence = nil
-                        }
-                    } else if !(first == "`" && trimmed.dropFirst(run).contains("`")) {
-                        openFence = (first, run)
-                    }
-                }
-            }
-            if openFence == nil && indent < 4 {
-                // `#` or `##` (and setext-free) headings would read as the note's own structure.
-                if trimmed.hasPrefix("# ") || trimmed.hasPrefix("## ") || trimmed == "#" || trimmed == "##" {
-                    text = String(repeating: " ", count: indent) + "\\" + trimmed
-                }
-            }
-            text = text.replacingLiterally("<!-- jotter:", with: "&lt;!-- jotter:")
-            lines.append(text)
-        }
-        while lines.last == "" { lines.removeLast() }
-        if let fence = openFence {
-            lines.append(String(repeating: fence.character, count: fence.length))
-        }
-        return lines.joined(separator: "\n") + "\n"
+        MarkdownContainment.contain(body)
     }
 
-    /// A subject on one line inside `**…**`: its own `*` and markers cannot escape it.
+    /// A subject on one line inside `**…**`, read literally: the punctuation that could begin emphasis,
+    /// code, a link, HTML, an entity or an Obsidian highlight, comment or formula is backslash-escaped
+    /// (a code span would show its backslashes, so backticks are escaped too, and no code span forms).
     static func escapeInline(_ text: String) -> String {
-        text.replacingLiterally("\\", with: "\\\\").replacingLiterally("*", with: "\\*")
-            .replacingLiterally("<!--", with: "&lt;!--")
+        var escaped = ""
+        escaped.reserveCapacity(text.utf8.count + 8)
+        for character in text.unicodeScalars {
+            if "\\`*_[]<>&~=$%".unicodeScalars.contains(character) { escaped.unicodeScalars.append("\\") }
+            escaped.unicodeScalars.append(character)
+        }
+        return escaped
     }
 
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
