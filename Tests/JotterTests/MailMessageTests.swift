@@ -582,6 +582,25 @@ private enum Mail {
         #expect(!subject.unicodeScalars.contains { $0 == "\r" || $0 == "\n" })
     }
 
+    /// A first line with nothing to read (a no-break or ideographic space, a zero-width one, a bell) is
+    /// skipped as a blank one is, as the server's "empty memo" check counts it: the subject is the first
+    /// line a reader can see. Its invisible ends are trimmed, and a given subject's too.
+    @Test(arguments: ["\u{A0}", "\u{3000}", "\u{200B}", "\u{7}", "\u{FEFF}\u{200D}", " \u{A0}\t\u{2060} "])
+    func aFirstLineWithNothingVisibleIsSkipped(line: String) {
+        #expect(SubjectLine.derived(from: line + "\nMeeting notes for Tuesday") == "Meeting notes for Tuesday")
+        #expect(SubjectLine.derived(from: line + "\n会議メモ") == "会議メモ")
+        #expect(SubjectLine.derived(from: line + "Meeting" + line + "\nrest") == "Meeting")
+        #expect(SubjectLine.sanitized(line + "件名" + line) == "件名")
+        #expect(SubjectLine.sanitized("a\u{3000}b") == "a\u{3000}b", "inside, it is text")
+    }
+
+    @Test func anEmptySubjectHeaderHasNoTrailingSpace() {
+        let message = MailMessage(id: "empty-subject", date: 1_764_581_405_000, from: MailAddress(address: "a@example.com"),
+                                  to: MailAddress(address: "b@example.com"), subject: "", body: "text")
+        let rendered = String(decoding: message.rendered(), as: UTF8.self)
+        #expect(rendered.contains("\r\nSubject:\r\n"), "\(rendered)")
+    }
+
     @Test func derivedTurnsControlCharactersIntoSpaces() {
         #expect(SubjectLine.derived(from: "tab\there\u{0}and\u{7}bell") == "tab here and bell")
     }

@@ -11,11 +11,11 @@ enum MIME {
             isPlain = byte >= 0x20 && byte < 0x7F && !(previous == UInt8(ascii: "=") && byte == UInt8(ascii: "?"))
             previous = byte
         }
-        if isPlain {
+        if subject.isEmpty {
+            out.append("Subject:")
+        } else if isPlain {
             out.append(utf8: name)
             out.append(utf8: subject)
-        } else if subject.isEmpty {
-            out.append("Subject:")
         } else {
             out.append(utf8: name)
             for (index, word) in encodedWords(subject, firstLineUsed: name.utf8.count).enumerated() {

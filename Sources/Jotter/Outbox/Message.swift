@@ -125,12 +125,14 @@ public enum SubjectLine {
     /// Subjects derived from the body stop at a word boundary near this many characters.
     public static let targetLength = 60
 
-    /// The first non-blank line of `body`, cut at a word near 60 characters (with `…` when cut).
+    /// The first line of `body` with something visible on it (`Unicode.Scalar.isInvisible`), cut at a
+    /// word near 60 characters (with `…` when cut).
     public static func derived(from body: String) -> String {
         asciiDerived(from: body) ?? derivedByCharacters(from: body)
     }
 
-    /// `subject` on one line: control characters (CR and LF included) become spaces, runs collapse, ends trim.
+    /// `subject` on one line: control characters (CR and LF included) become spaces, runs collapse, ends
+    /// trim (of anything invisible: a no-break or ideographic space, a zero-width one).
     public static func sanitized(_ subject: String) -> String {
         var subject = subject
         let ascii = subject.withUTF8 { bytes in
@@ -144,9 +146,9 @@ public enum SubjectLine {
         // Line by line up to the first one with text: a long memo's other lines are never split or copied.
         var rest = body[...]
         var line: Substring = ""
-        while line.isEmpty && !rest.isEmpty {
+        while line.unicodeScalars.allSatisfy(\.isInvisible) && !rest.isEmpty {
             let end = rest.firstIndex(where: \.isNewline) ?? rest.endIndex
-            line = rest[..<end].trimmingCharacters(in: " \t")
+            line = rest[..<end]
             rest = end == rest.endIndex ? "" : rest[rest.index(after: end)...]
         }
         let cleaned = sanitizedByScalars(String(line))
@@ -174,7 +176,10 @@ public enum SubjectLine {
             }
             result.unicodeScalars.append(scalar)
         }
-        return result
+        // Other invisible ends (U+00A0, U+3000, U+200B): as rare as they are, so is this second pass.
+        guard let first = result.unicodeScalars.first, let last = result.unicodeScalars.last,
+              first.isInvisible || last.isInvisible else { return result }
+        return result.trimmingScalars(where: \.isInvisible)
     }
 
     /// `derived` byte by byte when everything up to the end of the first non-blank line is ASCII (nil
@@ -197,6 +202,7 @@ public enum SubjectLine {
                 while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
                 guard start < end else { continue }
                 let cleaned = sanitizedASCII(bytes[start..<end])
+                guard !cleaned.isEmpty else { continue }  // only control characters: nothing to read
                 guard cleaned.count > targetLength else { return String(decoding: cleaned, as: UTF8.self) }
                 let head = cleaned[..<targetLength]
                 if let space = head.lastIndex(of: 0x20), space >= targetLength / 2 {

@@ -51,15 +51,10 @@ public enum MemoDecoder {
         text.unicodeScalars.first == "\u{FEFF}" ? String(text.unicodeScalars.dropFirst()) : text
     }
 
-    /// Nothing a reader could see: only white space, control characters (NUL, U+0001 …) and what Unicode
-    /// says to ignore when it cannot be shown (zero-width spaces and joiners, direction marks, a byte order
-    /// mark, a soft hyphen) — not the format characters that are visible, such as U+06DD. Such a subject is
-    /// no subject, and such a memo with no subject is empty, not a blank email.
+    /// Nothing a reader could see (`Unicode.Scalar.isInvisible`): such a subject is no subject, and such
+    /// a memo with no subject is empty, not a blank email.
     private static func isBlank(_ text: String) -> Bool {
-        text.unicodeScalars.allSatisfy { scalar in
-            scalar.properties.isWhitespace || scalar.properties.generalCategory == .control
-                || scalar.properties.isDefaultIgnorableCodePoint
-        }
+        text.unicodeScalars.allSatisfy(\.isInvisible)
     }
 
     /// CRLF and lone CR become LF: one memo, one representation, whichever client sent it.
