@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import Jotter
 
@@ -67,6 +68,35 @@ import Testing
         let expected = min(own + DeliveryWorker.deliveryNiceness, 19)
         #expect(fixture.transport.sendingNiceness == [expected, expected], "the test runs at nice \(own)")
         #expect(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) == own, "this thread kept its priority")
+    }
+
+    /// A claim the database refuses (a full or read-only disk, a damaged page) is tried again after 1 s,
+    /// then 2, 4 … up to a minute — not at once, which made a loop of 850 failures and log lines a second —
+    /// and the memo goes out once claims work again.
+    @Test func aFailingClaimIsTriedAgainLaterAndLaterNotInALoop() async throws {
+        let fixture = try Fixture(.deliver)
+        defer { fixture.stop() }
+        try await fixture.proveRelay()
+        // Idle: the timer is armed for the minute's housekeeping, nothing is due.
+        #expect(fixture.waitForDeadline(fixture.now + 60_000))
+        fixture.gated.claimsFail.withLock { $0 = true }
+        fixture.gated.claims.withLock { $0 = 0 }
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "waits for the disk")).id
+        var expected: [Int64] = []
+        for failures in 0..<8 {
+            let delay = DeliveryWorker.claimRetryMilliseconds(afterFailures: failures)
+            expected.append(delay)
+            #expect(fixture.waitForDeadline(fixture.now + delay), "after \(failures + 1) failed claims")
+            #expect(fixture.gated.claims.withLock { $0 } == failures + 1, "one claim per timer, no loop")
+            fixture.scheduler.advance(milliseconds: delay)
+        }
+        #expect(expected == [1000, 2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000])
+        #expect(TestServer.waitUntil(timeout: 20) { fixture.gated.claims.withLock { $0 } == 9 })
+        fixture.gated.claimsFail.withLock { $0 = false }
+        #expect(fixture.waitForDeadline(fixture.now + 60_000))
+        fixture.scheduler.advance(milliseconds: 60_000)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .sent })
+        #expect(fixture.transport.messages.map(\.id).filter { $0 == id } == [id])
     }
 
     @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
@@ -524,8 +554,14 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
         }
     }
 
+    /// While set, claims fail as on a full or read-only disk; `claims` counts them, failed or not.
+    let claimsFail = Mutex(false)
+    let claims = Mutex(0)
+
     func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
-        try outbox.claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds)
+        claims.withLock { $0 += 1 }
+        if claimsFail.withLock({ $0 }) { throw DatabaseError(code: 13, message: "database or disk is full") }
+        return try outbox.claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds)
     }
 
     func transition(id: String, durable: Bool,

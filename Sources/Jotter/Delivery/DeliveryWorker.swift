@@ -74,6 +74,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
+    /// Claims that failed in a row (a full disk, a read-only or damaged database): each waits longer.
+    private var failedClaims = 0
     /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
     /// again, before anything new is claimed.
     private var unrecorded: [Outcome] = []
@@ -262,8 +264,16 @@ public final class DeliveryWorker: @unchecked Sendable {
                 for start in stride(from: 0, to: claimed.count, by: batch) {
                     send(Array(claimed[start..<min(start + batch, claimed.count)]))
                 }
+                failedClaims = 0
             } catch {
-                logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error)])
+                // The database refuses (full, read-only, damaged): look again later, not at once — the
+                // memo that was due still is, and a timer of 1 ms made a loop of failures and log lines.
+                // (A memo accepted meanwhile still wakes the worker: the disk took a write again.)
+                let delay = Self.claimRetryMilliseconds(afterFailures: failedClaims)
+                failedClaims += 1
+                logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error), "retry_ms": "\(delay)"])
+                timer?.arm(afterMilliseconds: delay)
+                return
             }
         }
         // Once a minute, not on every pump (each finished delivery pumps): housekeeping and warnings.
@@ -585,6 +595,11 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// How often outcomes that could not be written are tried again.
     static let unrecordedRetryMilliseconds: Int64 = 1000
+
+    /// How long after `failures` failed claims in a row the next is tried: 1 s, doubling to a minute.
+    static func claimRetryMilliseconds(afterFailures failures: Int) -> Int64 {
+        min(unrecordedRetryMilliseconds << min(failures, 6), 60_000)
+    }
 
     /// Persists what the lifecycle decides for memo `id`. If that fails (a full disk), the outcome is
     /// kept and written as soon as the disk takes writes again, long before the lease runs out.
