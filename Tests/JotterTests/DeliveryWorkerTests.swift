@@ -99,6 +99,35 @@ import Testing
         #expect(fixture.transport.messages.map(\.id).filter { $0 == id } == [id])
     }
 
+    /// A memo an earlier process accepted may have been delivered by it even though the outbox says
+    /// `queued`, attempt 0: a power loss undoes the unsynced record of a delivery. Its first attempt in a
+    /// new process looks for the copy (here one a mail client moved to `cur/`) and writes no second.
+    @Test func aMemoFromAnEarlierProcessIsLookedForBeforeItIsDeliveredAgain() async throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+        defer { outbox.close() }
+        let accepted = try await outbox.enqueue(MemoDraft(body: "delivered before the power went"))
+        let maildir = MaildirTransport(path: directory.file("Maildir"))
+        try maildir.prepare()
+        let earlier = MailMessage(id: accepted.id, date: scheduler.clock.nowMilliseconds(),
+                                  from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
+                                  subject: "", body: "", attempt: 1)
+        let name = MaildirTransport.fileName(for: earlier)
+        try "delivered".write(toFile: directory.file("Maildir/cur/" + name + ":2,S"), atomically: false, encoding: .utf8)
+        scheduler.advance(milliseconds: 1000)  // the new process starts later
+        let worker = DeliveryWorker(outbox: outbox, transport: maildir, clock: scheduler.clock, scheduler: scheduler)
+        outbox.setOnAccepted { worker.wake() }
+        try worker.start()
+        defer { worker.stop() }
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: accepted.id))??.status == .sent })
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).isEmpty)
+        // A memo this process accepted is delivered without looking.
+        let fresh = try await outbox.enqueue(MemoDraft(body: "after the restart"))
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: fresh.id))??.status == .sent })
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).count == 1)
+    }
+
     @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
         // A blocked send gives up after `maximumWait`: far longer than a loaded machine needs for the
         // eleven enqueues below, so the first memo is still the one in the slot when it is released.

@@ -171,6 +171,34 @@ private enum MaildirReader {
         #expect(entries.first?.subject == "Buy milk 🥛")
     }
 
+    /// A first attempt at a memo an earlier process accepted may follow a delivery whose record a power
+    /// loss undid (attempt number and all): it too finds the copy a mail client has moved to `cur/`.
+    @Test func aFirstAttemptThatMayRepeatFindsTheCopyInCur() throws {
+        let directory = TemporaryDirectory()
+        let transport = MaildirTransport(path: directory.path)
+        let message = Self.message()
+        _ = try transport.send(message)
+        let name = MaildirTransport.fileName(for: message)
+        try FileManager.default.moveItem(atPath: directory.file("new/" + name), toPath: directory.file("cur/" + name + ":2,S"))
+        var again = Self.message(attempt: 1)
+        again.mayHaveBeenDelivered = true
+        #expect(try transport.send(again).alreadyDelivered == true)
+        #expect(Self.files(directory.file("new")).isEmpty)
+    }
+
+    /// `new/` removed while Jotter runs (a mail client's cleanup, a hand): made again at the next delivery,
+    /// as `tmp/` and the whole Maildir are, instead of failing every memo until a restart.
+    @Test func aRemovedNewFolderIsMadeAgain() throws {
+        let directory = TemporaryDirectory()
+        let transport = MaildirTransport(path: directory.path)
+        try transport.prepare()
+        try FileManager.default.removeItem(atPath: directory.file("new"))
+        let receipt = try transport.send(Self.message())
+        #expect(receipt.alreadyDelivered == false)
+        #expect(Self.files(directory.file("new")) == [MaildirTransport.fileName(for: Self.message())])
+        #expect(Self.files(directory.file("tmp")).isEmpty)
+    }
+
     @Test func retryOfAnUndeliveredMessageDelivers() throws {
         let directory = TemporaryDirectory()
         let transport = MaildirTransport(path: directory.path)

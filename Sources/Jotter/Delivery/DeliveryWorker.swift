@@ -74,6 +74,9 @@ public final class DeliveryWorker: @unchecked Sendable {
     // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
+    /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
+    /// whose unsynced record of a delivery a power loss may have undone.
+    private let startedAt: Int64
     /// Claims that failed in a row (a full disk, a read-only or damaged database): each waits longer.
     private var failedClaims = 0
     /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
@@ -124,6 +127,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        startedAt = clock.nowMilliseconds()
     }
 
     /// How the relay is doing.
@@ -516,7 +520,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             // A relay's message carries its own recipient; a composer's memo goes to the configured one.
             let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
             var message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from, to: to,
-                                      subject: content.subject, body: content.body, attempt: claimed.attempt)
+                                      subject: content.subject, body: content.body, attempt: claimed.attempt,
+                                      mayHaveBeenDelivered: claimed.attempt > 1 || claimed.createdAt < startedAt)
             message.onBehalfOfRecipient = configuration.onBehalfOfRecipient
             ready.append((claimed, message))
         }

@@ -12,8 +12,12 @@ public struct MailMessage: Sendable, Equatable {
     public var subject: String
     /// The body (any Unicode; line breaks may be LF or CRLF).
     public var body: String
-    /// This delivery attempt's number, from 1 (transports use it to check for an earlier, interrupted attempt).
+    /// This delivery attempt's number, from 1.
     public var attempt: Int
+    /// An earlier attempt may have delivered it: a retry, or a memo an earlier process accepted (a power
+    /// loss can undo the unsynced record of its delivery, attempt number and all). A transport that can
+    /// look for an earlier copy does so only then.
+    public var mayHaveBeenDelivered: Bool
     /// Sent by a service to a user's own inbox (the Jotter relay's codes and memos): marked
     /// `Auto-Submitted: auto-generated` (RFC 3834), so vacation replies and ticket systems do not answer
     /// it, and `Reply-To` the recipient, so a reply quoting a memo reaches its owner, not the relay.
@@ -21,7 +25,7 @@ public struct MailMessage: Sendable, Equatable {
 
     /// Creates a message.
     public init(id: String, date: Int64, from: MailAddress, to: MailAddress, subject: String, body: String,
-                attempt: Int = 1) {
+                attempt: Int = 1, mayHaveBeenDelivered: Bool? = nil) {
         self.id = id
         self.date = date
         self.from = from
@@ -29,6 +33,7 @@ public struct MailMessage: Sendable, Equatable {
         self.subject = subject
         self.body = body
         self.attempt = attempt
+        self.mayHaveBeenDelivered = mayHaveBeenDelivered ?? (attempt > 1)
     }
 
     /// `<id@domain-of-From>`.

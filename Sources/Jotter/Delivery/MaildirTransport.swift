@@ -52,12 +52,13 @@ public struct MaildirTransport: Transport {
         var outcomes = [Result<DeliveryReceipt, DeliveryFailure>?](repeating: nil, count: messages.count)
         var written: [(index: Int, name: String, fd: Int32)] = []
         var prepared = false
+        // Only a memo an earlier attempt may have delivered can have a copy here (a retry, or one an
+        // earlier process accepted: a power loss may have undone the record of its delivery). Others
+        // check nothing: should the name exist all the same, `link` below fails with EEXIST.
+        let delivered = delivered(among: messages.filter(\.mayHaveBeenDelivered).map(Self.fileName(for:)))
         for (index, message) in messages.enumerated() {
             let name = Self.fileName(for: message)
-            // Only a retry can find an earlier copy (a first attempt that linked its file, then died
-            // before it was marked sent, comes back as attempt 2). A first attempt checks nothing: should
-            // the name exist all the same, `link` below fails with EEXIST and delivers nothing twice.
-            if message.attempt > 1 && isDelivered(name: name) {
+            if delivered.contains(name) {
                 outcomes[index] = .success(DeliveryReceipt(alreadyDelivered: true))
                 continue
             }
@@ -92,11 +93,21 @@ public struct MaildirTransport: Transport {
                 outcomes[file.index] = .failure(Self.failure(errno))
                 continue
             }
-            if link(temporary, "\(path)/new/\(file.name)") == 0 {
+            var linkedNow = link(temporary, "\(path)/new/\(file.name)") == 0
+            var error = linkedNow ? 0 : errno
+            if error == ENOENT && !prepared {
+                // `new/` was removed while running: made again, as `tmp/` is above.
+                prepared = true
+                if (try? prepare()) != nil {
+                    linkedNow = link(temporary, "\(path)/new/\(file.name)") == 0
+                    error = linkedNow ? 0 : errno
+                }
+            }
+            if linkedNow {
                 linked.append(file.index)
             } else {
-                outcomes[file.index] = errno == EEXIST ? .success(DeliveryReceipt(alreadyDelivered: true))
-                                                       : .failure(Self.failure(errno))
+                outcomes[file.index] = error == EEXIST ? .success(DeliveryReceipt(alreadyDelivered: true))
+                                                       : .failure(Self.failure(error))
             }
         }
         if !linked.isEmpty {
@@ -123,20 +134,22 @@ public struct MaildirTransport: Transport {
         }
     }
 
-    /// True when `name` is in `new/`, or in `cur/` with an info suffix (`name:2,S`): a retry's check
-    /// for the copy an interrupted attempt delivered.
-    private func isDelivered(name: String) -> Bool {
-        if access("\(path)/new/\(name)", F_OK) == 0 { return true }
-        guard let directory = opendir("\(path)/cur") else { return false }
+    /// Which of `names` are in `new/`, or in `cur/` with an info suffix (`name:2,S`): the copies an
+    /// interrupted attempt delivered. `cur/` is read once, however many names there are.
+    private func delivered(among names: [String]) -> Set<String> {
+        guard !names.isEmpty else { return [] }
+        var found = Set(names.filter { access("\(path)/new/\($0)", F_OK) == 0 })
+        let wanted = Set(names).subtracting(found)
+        guard !wanted.isEmpty, let directory = opendir("\(path)/cur") else { return found }
         defer { closedir(directory) }
-        let prefix = name + ":"
         while let entry = readdir(directory) {
             let entryName = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
             }
-            if entryName == name || entryName.hasPrefix(prefix) { return true }
+            let name = entryName.firstIndex(of: ":").map { String(entryName[..<$0]) } ?? entryName
+            if wanted.contains(name) { found.insert(name) }
         }
-        return false
+        return found
     }
 
     /// File-system errors are transient (a full disk can be freed); the kind is `io`.
