@@ -14,7 +14,7 @@ Everything lands in --outdir:
   NNNN.eml / NNNN.json        each accepted message: the raw bytes as received after DATA
                               (dot-unstuffed) and its envelope {mail_from, rcpt_tos, tls, login, helo}
   rejected/NNNN.eml           a message refused at the end of DATA (its bytes were received)
-  events.log                  one line per MAIL / refusal / AUTH / idle hang-up, e.g. "MAIL tls=1",
+  events.log                  one line per MAIL / DATA received / refusal / AUTH / idle hang-up, e.g. "MAIL tls=1",
                               "TIMEOUT" (so a test can wait for the hang-up instead of sleeping)
   control.json                read at every MAIL, RCPT and end of DATA (the test may rewrite it):
                               {"mail": {"reply": "553 5.7.1 Sender rejected", "count": -1},
@@ -163,6 +163,7 @@ class Handler:
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
+        self.recorder.event("DATA received")  # the whole message is here; its reply may wait (--delay-ms)
         if self.recorder.delay:
             await asyncio.sleep(self.recorder.delay)
         reply = self.recorder.refusal("data")

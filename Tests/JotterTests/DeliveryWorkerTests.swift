@@ -587,10 +587,11 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
     let claimsFail = Mutex(false)
     let claims = Mutex(0)
 
-    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64, excluding: Set<String>) throws -> [ClaimedMessage] {
         claims.withLock { $0 += 1 }
         if claimsFail.withLock({ $0 }) { throw DatabaseError(code: 13, message: "database or disk is full") }
-        return try outbox.claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds)
+        return try outbox.claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds,
+                                   excluding: excluding)
     }
 
     func transition(id: String, durable: Bool,
@@ -619,5 +620,7 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
     func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {
         try outbox.stuck(acceptedBefore: cutoff, limit: limit)
     }
-    var leasesAreShared: Bool { outbox.leasesAreShared }
+    /// Says leases are shared (as PostgreSQL's are between relay nodes) when set.
+    let sharedLeases = Mutex(false)
+    var leasesAreShared: Bool { sharedLeases.withLock { $0 } || outbox.leasesAreShared }
 }

@@ -99,6 +99,9 @@ public final class DeliveryWorker: @unchecked Sendable {
     private let random = Mutex(SystemRandomNumberGenerator())
     /// Memos this process is sending, with their attempt numbers (whose leases it renews).
     private var sending: [String: Int] = [:]
+    /// Each memo in flight's `SendProgress` (a transfer asked to stop before handing a memo over when its
+    /// lease is lost or the worker stops).
+    private var progresses: [String: SendProgress] = [:]
     /// Renews the leases of `sending` while other processes share the queue (`leasesAreShared`).
     private var renewal: (any SchedulerTimer)?
     private let wakePending = Atomic<Bool>(false)
@@ -210,17 +213,30 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// Stops claiming and waits up to `timeout` seconds for sends in flight (an unfinished one is
-    /// simply retried after its lease, by the next process).
-    public func stop(timeout: Double = 10) {
+    /// Stops claiming, stops sends that have not handed their memo over yet (SMTP: before the end of
+    /// DATA), and waits up to `timeout` seconds for sends in flight — and up to `handedOverTimeout` for
+    /// one whose memo the relay already has (the reply to the end of DATA can take a busy server's spam
+    /// checks): given up on, it would be sent again by the next process. (An unfinished send is simply
+    /// retried, after its lease, by the next process.)
+    public func stop(timeout: Double = 10, handedOverTimeout: Double = 60) {
         control.sync {
             stopped = true
             timer?.cancel()
             timer = nil
             renewal?.cancel()
             renewal = nil
+            for progress in progresses.values { progress.requestStop() }
         }
-        _ = idle.wait(timeout: .now() + timeout)
+        if idle.wait(timeout: .now() + timeout) == .timedOut {
+            let handedOver = control.sync { Set(progresses.values.filter(\.isHandedOver).map(ObjectIdentifier.init)).count }
+            if handedOver > 0 {
+                logger.notice("stopping: waiting for the relay's answer to memos it has", metadata: ["count": "\(handedOver)"])
+                if idle.wait(timeout: .now() + max(handedOverTimeout - timeout, 0)) == .timedOut {
+                    logger.warning("stopped without the relay's answer; those memos are sent again at the next start",
+                                   metadata: ["count": "\(handedOver)"])
+                }
+            }
+        }
         // One last try for outcomes the disk refused: otherwise the next start re-sends those memos.
         control.sync { _ = recordPendingOutcomes() }
     }
@@ -261,7 +277,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             do {
                 let limit = free * batch, maxBytes = batch > 1 ? transport.batchByteLimit : .max
                 let claimed = try outbox.claimDue(limit: limit, maxBytes: maxBytes,
-                                                  leaseMilliseconds: configuration.leaseMilliseconds)
+                                                  leaseMilliseconds: configuration.leaseMilliseconds,
+                                                  excluding: settling.withLock { $0 })
                 // Full by count: more is waiting, the next batch goes without a window. (A batch cut by
                 // its bytes may wait one window for the next, if more memos arrived meanwhile.)
                 backlogged = batch > 1 && claimed.count == limit
@@ -332,13 +349,21 @@ public final class DeliveryWorker: @unchecked Sendable {
         let batch = settling.withLock { settling in claimed.filter { settling.insert($0.id).inserted } }
         guard !batch.isEmpty else { return }
         inFlight += 1
-        for message in batch { sending[message.id] = message.attempt }
+        let progress = SendProgress()
+        if outbox.leasesAreShared { progress.stop(atMonotonicMilliseconds: leaseStopAt()) }
+        for message in batch {
+            sending[message.id] = message.attempt
+            progresses[message.id] = progress
+        }
         idle.enter()
         let slot: @Sendable () -> Void = {
-            self.deliver(batch)
+            self.deliver(batch, progress: progress)
             self.control.async {
                 self.inFlight -= 1
-                for message in batch { self.sending[message.id] = nil }
+                for message in batch {
+                    self.sending[message.id] = nil
+                    self.progresses[message.id] = nil
+                }
                 self.idle.leave()
                 if case .refused = self.relayState, self.retestAt == nil {
                     // The test was inconclusive (a timeout, say): the relay stays refused for now.
@@ -366,6 +391,14 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// How often leases are renewed: a third of a lease, so two renewals may fail before it runs out.
     private var renewalMilliseconds: Int64 { max(configuration.leaseMilliseconds / 3, 1) }
 
+    /// When a send whose lease was claimed or renewed now stops, unless renewed again, if it has not
+    /// handed its memo over yet (monotonic): a sixth of the lease before it runs out, so that another
+    /// node, whose clock may be a little ahead, cannot take the memo over while this one still sends it.
+    private func leaseStopAt() -> Int64 {
+        let lease = configuration.leaseMilliseconds
+        return Int64(monotonicNanoseconds() / 1_000_000) + lease - lease / 6
+    }
+
     /// Extends the lease of every memo this process is still sending, so another node sharing the
     /// queue does not take over a send that is slow but alive (and deliver it a second time).
     private func renewLeases() {
@@ -374,12 +407,21 @@ public final class DeliveryWorker: @unchecked Sendable {
         let now = clock.nowMilliseconds(), lease = configuration.leaseMilliseconds
         for (id, attempt) in sending {
             do {
+                let stopAt = leaseStopAt()
                 try outbox.transition(id: id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
                     try lifecycle.renewLease(attempt: attempt, now: now, leaseMilliseconds: lease)
                 }
+                if outbox.leasesAreShared { progresses[id]?.stop(atMonotonicMilliseconds: stopAt) }
             } catch is DeliveryLifecycle.Refusal {
-                logger.warning("lease lost: another node took the memo over", metadata: ["message.id": id])
+                // Another node's now: a send not handed over yet stops (that node sends it), and this
+                // attempt's outcome, whatever it is, is not recorded over the other's.
+                if progresses[id]?.isHandedOver == false {
+                    progresses[id]?.requestStop()
+                    logger.warning("lease lost: another node took the memo over; this send stops", metadata: ["message.id": id])
+                }
+                sending[id] = nil
             } catch {
+                // Unconfirmed: the send stops when the lease it has runs out (`leaseStopAt`).
                 logger.error("renewing a lease failed", metadata: ["message.id": id, "error.kind": Self.kind(of: error)])
             }
         }
@@ -393,9 +435,12 @@ public final class DeliveryWorker: @unchecked Sendable {
         if inFlight == 0, let at = retestAt, tick >= at {
             retestAt = nil
             do {
-                var test = try outbox.claimDue(limit: 1, leaseMilliseconds: configuration.leaseMilliseconds)
+                let held = settling.withLock { $0 }
+                var test = try outbox.claimDue(limit: 1, maxBytes: .max, leaseMilliseconds: configuration.leaseMilliseconds,
+                                               excluding: held)
                 if test.isEmpty, try outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds, limit: 1) > 0 {
-                    test = try outbox.claimDue(limit: 1, leaseMilliseconds: configuration.leaseMilliseconds)
+                    test = try outbox.claimDue(limit: 1, maxBytes: .max, leaseMilliseconds: configuration.leaseMilliseconds,
+                                               excluding: held)
                 }
                 if let message = test.first {
                     logger.notice("testing the refusing relay with one memo", metadata: ["message.id": message.id])
@@ -508,7 +553,7 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// Sends `batch` (one memo, or several for a transport that delivers in batches) and records
     /// each memo's outcome: the deliveries together, in one transaction.
-    private func deliver(_ batch: [ClaimedMessage]) {
+    private func deliver(_ batch: [ClaimedMessage], progress: SendProgress) {
         let start = monotonicNanoseconds()
         var ready: [(claimed: ClaimedMessage, message: MailMessage)] = []
         for claimed in batch {
@@ -523,6 +568,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                                       subject: content.subject, body: content.body, attempt: claimed.attempt,
                                       mayHaveBeenDelivered: claimed.attempt > 1 || claimed.createdAt < startedAt)
             message.onBehalfOfRecipient = configuration.onBehalfOfRecipient
+            message.progress = progress
             ready.append((claimed, message))
         }
         guard !ready.isEmpty else { return }
@@ -540,8 +586,18 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
         guard !delivered.isEmpty else { return }
         let now = clock.nowMilliseconds()
-        record(delivered.map(\.claimed.id), durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
-            try lifecycle.delivered(now: now)
+        if outbox.leasesAreShared {
+            // Each only if its attempt is still the one under way: another node may have taken it over.
+            for (claimed, _) in delivered {
+                record(claimed.id, durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                    try lifecycle.expectAttempt(claimed.attempt)
+                    try lifecycle.delivered(now: now)
+                }
+            }
+        } else {
+            record(delivered.map(\.claimed.id), durable: !transport.repeatsHarmlessly) { lifecycle throws(DeliveryLifecycle.Refusal) in
+                try lifecycle.delivered(now: now)
+            }
         }
         relayAccepts()
         let duration = Self.milliseconds(since: start)
@@ -568,6 +624,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         let refused = error.refusesTheRelay
         if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
         let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
+            try lifecycle.expectAttempt(claimed.attempt)
             if refused {
                 // The relay's failure, not this memo's: it waits, held, with the others.
                 try lifecycle.hold(reason: error.kind.rawValue)

@@ -22,6 +22,9 @@ public struct MailMessage: Sendable, Equatable {
     /// `Auto-Submitted: auto-generated` (RFC 3834), so vacation replies and ticket systems do not answer
     /// it, and `Reply-To` the recipient, so a reply quoting a memo reaches its owner, not the relay.
     public var onBehalfOfRecipient = false
+    /// Shared with the delivery worker while it sends (SMTP): stops the transfer before the message is
+    /// handed over when the worker asks, and tells it once the message has been.
+    public var progress: SendProgress?
 
     /// Creates a message.
     public init(id: String, date: Int64, from: MailAddress, to: MailAddress, subject: String, body: String,

@@ -58,6 +58,7 @@ public struct SMTPTransport: Transport {
                 try handle.set(CURLOPT_MAIL_RCPT, list: ["<\(message.to.address)>"])
                 try handle.set(CURLOPT_UPLOAD, 1)
                 try handle.setUpload(message.rendered())  // libcurl dot-stuffs lines that start with "."
+                handle.progress = message.progress
             } catch {
                 throw DeliveryFailure(.configuration, permanent: true)
             }

@@ -171,6 +171,12 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         leaseUntil = now + leaseMilliseconds
     }
 
+    /// Refuses unless attempt `attempt` is the one under way: the outcome of an attempt whose lease ran
+    /// out, and which another node has taken over since, is not the memo's any more.
+    public func expectAttempt(_ attempt: Int) throws(Refusal) {
+        guard status == .sending, attempts == attempt else { throw Refusal(transition: "outcome", from: status) }
+    }
+
     private func expect(_ wanted: DeliveryStatus, _ transition: String) throws(Refusal) {
         guard status == wanted else { throw Refusal(transition: transition, from: status) }
     }

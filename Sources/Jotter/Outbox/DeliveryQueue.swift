@@ -7,7 +7,9 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     /// Claims up to `limit` memos that are due, each held for `leaseMilliseconds`, opened; in order, and
     /// only while their sealed contents add up to at most `maxBytes` (the first is taken whatever its
     /// size), so a batch of large memos stays within memory that was planned for.
-    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage]
+    /// Memos in `excluding` are not claimed: this process is sending them, or holds their outcome (their
+    /// lease ran out while the database could not be written), and a claim would start a second attempt.
+    func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64, excluding: Set<String>) throws -> [ClaimedMessage]
 
     /// Applies `decide` to memo `id`'s stored lifecycle and persists the result, atomically. Returns the
     /// new lifecycle, or nil when there is no such memo; rethrows the lifecycle's refusal (nothing is
@@ -109,6 +111,11 @@ extension MessageOutbox {
 }
 
 extension DeliveryQueue {
+    /// `claimDue`, excluding nothing.
+    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+        try claimDue(limit: limit, maxBytes: maxBytes, leaseMilliseconds: leaseMilliseconds, excluding: [])
+    }
+
     /// Claims up to `limit` due memos, whatever their size.
     public func claimDue(limit: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
         try claimDue(limit: limit, maxBytes: .max, leaseMilliseconds: leaseMilliseconds)

@@ -112,12 +112,14 @@ public final class Outbox: MessageOutbox {
     /// Claims up to `limit` memos that are due, while their sealed contents fit `maxBytes` (the first
     /// whatever its size): each `DeliveryLifecycle.claim`ed (a lease of `leaseMilliseconds`) and
     /// opened. Not fsynced on its own: a claim undone by power loss is simply claimed again.
-    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64,
+                         excluding: Set<String>) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try database.write(durable: false) { database in
             var budget = ClaimBudget(maxBytes: maxBytes)
             var claimed: [(String, Int64, [UInt8]?, DeliveryLifecycle)] = []
-            for candidate in try store.claimable(now: now, limit: limit, in: database) {
+            for candidate in try store.claimable(now: now, limit: limit, in: database)
+            where !excluding.contains(candidate.id) {
                 guard budget.fits(candidate.sealed) else { break }
                 var lifecycle = candidate.lifecycle
                 guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }

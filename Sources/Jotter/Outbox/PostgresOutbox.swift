@@ -197,7 +197,8 @@ public final class PostgresOutbox: MessageOutbox {
                   .text(lifecycle.erasesBody ? "true" : "false"), .text(id)])
     }
 
-    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64) throws -> [ClaimedMessage] {
+    public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64,
+                         excluding: Set<String>) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
         let claimed = try pool.transaction(serializable: false) { connection -> [(String, Int64, [UInt8]?, DeliveryLifecycle)] in
             // Rows another node is claiming right now are skipped, not waited for. Due messages first,
@@ -221,6 +222,7 @@ public final class PostgresOutbox: MessageOutbox {
                 let sealed = row.bytes(2)
                 guard budget.fits(sealed) else { break }
                 let id = row.text(0) ?? ""
+                if excluding.contains(id) { continue }
                 var lifecycle = Self.lifecycle(row, from: 3)
                 guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }
                 try Self.persist(lifecycle, id: id, in: connection)

@@ -25,12 +25,17 @@ public final class EasyHandle {
     /// longer for the reply to the end of DATA than for anything before it: giving up there, when the
     /// server may well have queued the message, would send it twice.)
     public var phaseLimits: (untilUploaded: Int64, afterUpload: Int64)?
+    /// The send this transfer is (see `SendProgress`): stopped before its upload is whole when asked, and
+    /// told when it is. Nil: no one asks.
+    public var progress: SendProgress?
     /// libcurl's description of the last failure (`CURLOPT_ERRORBUFFER`): for classifying it only (it can
     /// name hosts and reply codes; never logged).
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
+    /// The transfer was stopped by `progress` before the upload was whole.
+    public private(set) var stoppedBeforeHandover = false
 
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
@@ -59,6 +64,7 @@ public final class EasyHandle {
         responseBody = []
         responseHeaders = []
         phaseLimits = nil
+        progress = nil
     }
 
     /// Sets an integer option.
@@ -106,7 +112,8 @@ public final class EasyHandle {
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
-        if phaseLimits != nil {
+        stoppedBeforeHandover = false
+        if phaseLimits != nil || progress != nil {
             _ = jotter_curl_setopt_xferinfo_function(handle, jotterCurlProgress)
             _ = jotter_curl_setopt_pointer(handle, CURLOPT_XFERINFODATA, me)
             _ = jotter_curl_setopt_long(handle, CURLOPT_NOPROGRESS, 0)
@@ -191,7 +198,10 @@ public final class EasyHandle {
     fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
         let count = min(capacity, upload.count - uploadOffset)
         guard count > 0 else {
-            if uploadedAt == nil { uploadedAt = monotonicNanoseconds() }
+            if uploadedAt == nil {
+                uploadedAt = monotonicNanoseconds()
+                progress?.markHandedOver()
+            }
             return 0
         }
         upload.withUnsafeBytes { raw in
@@ -205,6 +215,10 @@ public final class EasyHandle {
     /// libcurl's progress callback (at least once a second): false stops the transfer, a phase's limit
     /// having passed.
     fileprivate func withinPhaseLimits() -> Bool {
+        if uploadedAt == nil, let progress, progress.shouldStop {
+            stoppedBeforeHandover = true
+            return false
+        }
         guard let limits = phaseLimits else { return true }
         let now = monotonicNanoseconds()
         let (since, limit) = uploadedAt.map { ($0, limits.afterUpload) } ?? (startedAt, limits.untilUploaded)
