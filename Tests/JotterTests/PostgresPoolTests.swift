@@ -39,6 +39,38 @@ struct PostgresPoolTests {
         #expect((1...3).contains(open), "\(open) connections")
     }
 
+    /// The server closes the pool's idle connections (it restarted, or an administrator ended them): the
+    /// next requests are served on new connections, none fails for the connections that were idle.
+    @Test func idleConnectionsTheServerClosedAreReplacedUnnoticed() throws {
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let pool = try PostgresPool(url: database.url, maximumConnections: 3)
+        // Three idle connections: three borrowers at once.
+        let group = DispatchGroup()
+        for _ in 0..<3 {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                _ = try? pool.with { try $0.execute("SELECT pg_sleep(0.2)") }
+            }.start()
+        }
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        let administrator = try PostgresConnection(url: database.url)
+        let others = """
+            SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+            """
+        #expect(try administrator.execute(others).first?.int64(0) == 3)
+        try administrator.execute("""
+            SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid()
+            """)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? administrator.execute(others).first?.int64(0)) == 0 })
+        for round in 0..<3 {
+            #expect(throws: Never.self, "read \(round)") { try pool.with { try $0.execute("SELECT 1") } }
+            #expect(throws: Never.self, "transaction \(round)") { try pool.transaction { try $0.execute("SELECT 1") } }
+        }
+    }
+
     @Test func aStoppedRelayHoldsNoConnection() throws {
         let database = try SharedPostgres.database()
         defer { database.drop() }

@@ -33,6 +33,9 @@ final class PostgresConnection {
 
         /// Whether the transaction may have committed after all (see `commitUnknown`).
         var mayHaveCommitted: Bool { kind == Self.commitUnknown }
+
+        /// The connection was found lost at `BEGIN`: nothing of the transaction reached the server.
+        var lostBeforeBegin = false
     }
 
     /// The rows of a result, as text (NULL as nil), read by column.
@@ -88,6 +91,14 @@ final class PostgresConnection {
 
     /// False once the server has gone (a pool then drops the connection).
     var isUsable: Bool { PQstatus(connection) == CONNECTION_OK }
+
+    /// Whether an idle connection is still open: the server sends nothing to a connection at rest, so
+    /// anything waiting to be read (a server that restarted or ended the session said goodbye, then closed
+    /// the socket) means it is not. Looked at without waiting.
+    var isStillOpen: Bool {
+        var waiting = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+        return poll(&waiting, 1, 0) == 0 && PQstatus(connection) == CONNECTION_OK
+    }
 
     /// Runs one statement with `parameters` ($1, $2, …).
     @discardableResult
@@ -179,7 +190,13 @@ final class PostgresConnection {
         var attempt = 0
         while true {
             attempt += 1
-            try execute(serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN")
+            do {
+                try execute(serializable ? "BEGIN ISOLATION LEVEL SERIALIZABLE" : "BEGIN")
+            } catch {
+                var failure = error
+                failure.lostBeforeBegin = failure.kind == "connection_lost"
+                throw failure
+            }
             do {
                 let value = try body(self)
                 try commit()

@@ -30,7 +30,12 @@ final class PostgresPool: @unchecked Sendable {
     func with<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         permits.wait()
         defer { permits.signal() }
-        let reused: PostgresConnection? = lock.withLock { _ in idle.popLast() }
+        // An idle connection the server has closed meanwhile (it restarted, say) is dropped here, not
+        // found out by the request that borrows it.
+        var reused: PostgresConnection? = lock.withLock { _ in idle.popLast() }
+        while let candidate = reused, !candidate.isStillOpen {
+            reused = lock.withLock { _ in idle.popLast() }
+        }
         let connection = try reused ?? PostgresConnection(url: url)
         defer {
             if connection.isUsable { lock.withLock { _ in idle.append(connection) } }
@@ -48,10 +53,20 @@ final class PostgresPool: @unchecked Sendable {
         _ = closing  // released here: each connection's deinit calls PQfinish
     }
 
-    /// One transaction on a lent connection (see `PostgresConnection.transaction`).
+    /// One transaction on a lent connection (see `PostgresConnection.transaction`). An idle connection
+    /// the server closed meanwhile (it restarted, or ended idle sessions) is found at `BEGIN`, before
+    /// anything of the transaction was sent: the transaction then runs on a new connection, once for each
+    /// idle connection there was, instead of failing a request after the database is back.
     @discardableResult
     func transaction<T>(serializable: Bool = true, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try with { try $0.transaction(serializable: serializable, body) }
+        var stale = lock.withLock { _ in idle.count }
+        while true {
+            do {
+                return try with { try $0.transaction(serializable: serializable, body) }
+            } catch let failure as PostgresConnection.Failure where failure.lostBeforeBegin && stale > 0 {
+                stale -= 1
+            }
+        }
     }
 
     /// Brings the tables named `name` up to `migrations` (step `n`, 1-based, is `migrations[n - 1]`;
