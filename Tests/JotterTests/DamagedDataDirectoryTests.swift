@@ -71,6 +71,24 @@ import Testing
         server.stop()
     }
 
+    /// Another, valid database in the outbox's place (an empty one made by hand, a file from elsewhere):
+    /// refused, not migrated into an empty outbox that says nothing of the memos gone.
+    @Test func aDatabaseReplacedByAnEmptyOneIsRefused() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        _ = directory
+        for suffix in ["", "-wal", "-shm"] { unlink(data + "/jotter.db" + suffix) }
+        let empty = try Database(path: data + "/jotter.db")
+        try empty.execute("CREATE TABLE unrelated (x)")
+        _ = empty
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("holds no outbox") && "\(error)".contains("Restore"), "\(error)")
+        let again = try Database(path: data + "/jotter.db")
+        #expect(try again.pragma("user_version") == "0", "not migrated")
+        #expect(unlink(data + "/outbox-created") == 0)
+        let server = try TestServer(dataDirectory: data)
+        server.stop()
+    }
+
     @Test func rekeyOnAMistypedPathCreatesNothing() throws {
         let directory = TemporaryDirectory()
         let typo = directory.file("no-such-data")

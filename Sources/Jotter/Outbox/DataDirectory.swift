@@ -10,6 +10,7 @@ public final class DataDirectory: Sendable {
         case missing(path: String)
         case databaseGone(path: String, marker: String)
         case databaseEmpty(path: String)
+        case databaseReplaced(path: String, marker: String)
 
         public var description: String {
             switch self {
@@ -25,6 +26,9 @@ public final class DataDirectory: Sendable {
             case .databaseEmpty(let path):
                 return "\(path) is empty (0 bytes), so it holds no outbox; restore it from your backup, "
                     + "or delete it to start with an empty outbox"
+            case .databaseReplaced(let path, let marker):
+                return "\(path) holds no outbox, but this data directory held one before: was the file replaced? "
+                    + "Restore jotter.db from your backup (to start afresh with an empty outbox instead, delete \(marker))"
             }
         }
     }
@@ -98,9 +102,23 @@ public final class DataDirectory: Sendable {
         var info = stat()
         let present = stat(databasePath, &info) == 0
         if present && info.st_size == 0 { throw Failure.databaseEmpty(path: databasePath) }
-        if !present && access(markerPath, F_OK) == 0 {
+        let marked = access(markerPath, F_OK) == 0
+        if !present && marked {
             throw Failure.databaseGone(path: databasePath, marker: markerPath)
         }
+        // A database without a single migration where an outbox was made: another file (a new, empty
+        // database, say) took its place. Migrated, it would start afresh and say nothing.
+        if present && marked, let version = Self.schemaVersion(databasePath: databasePath), version == 0 {
+            throw Failure.databaseReplaced(path: databasePath, marker: markerPath)
+        }
+    }
+
+    /// The schema version SQLite records in the database at `databasePath` (nil: it cannot be read, and
+    /// opening it as the outbox says why).
+    static func schemaVersion(databasePath: String) -> Int? {
+        guard let database = try? Database(path: databasePath),
+              let version = try? database.pragma("user_version") else { return nil }
+        return Int(version)
     }
 
     /// Records that an outbox exists here (see `markerPath`).
