@@ -128,6 +128,47 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).count == 1)
     }
 
+    /// Two relay nodes share one queue; one's mail password is wrong. That node does not hold the shared
+    /// queue (the other delivers it), a node starting later does not start refused for the other's
+    /// refusal, and what the refusal held is released once the healthy node's relay accepts.
+    @Test func oneNodesRefusingRelayDoesNotStallTheOthers() async throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+        defer { outbox.close() }
+        func node(_ transport: ControlledTransport) throws -> DeliveryWorker {
+            let queue = GatedQueue(outbox)
+            queue.sharedLeases.withLock { $0 = true }
+            var configuration = DeliveryWorker.Configuration()
+            configuration.retryPolicy = RetryPolicy(jitter: 0)
+            return DeliveryWorker(outbox: queue, transport: transport, configuration: configuration,
+                                  clock: scheduler.clock, scheduler: scheduler)
+        }
+        let refusing = ControlledTransport(.fail(DeliveryFailure(.auth, permanent: true)))
+        let wrong = try node(refusing)
+        try wrong.start()
+        defer { wrong.stop() }
+        let first = try await outbox.enqueue(MemoDraft(body: "met the wrong password")).id
+        wrong.wake()
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: first))??.status == .held })
+        #expect(TestServer.waitUntil(timeout: 20) { if case .refused = wrong.relayState { true } else { false } })
+        let second = try await outbox.enqueue(MemoDraft(body: "waits for a node that can send")).id
+        let arms = scheduler.arms
+        wrong.wake()
+        #expect(TestServer.waitUntil(timeout: 20) { scheduler.arms > arms }, "the refusing node pumped")
+        #expect((try outbox.history.record(id: second))?.status == .queued, "not held by the refusing node")
+        // The healthy node starts: not refused for the other's refusal; it delivers what waits and then
+        // releases what the refusal held.
+        let delivering = ControlledTransport(.deliver)
+        let healthy = try node(delivering)
+        try healthy.start()
+        defer { healthy.stop() }
+        #expect(healthy.relayState == .ok)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: second))??.status == .sent })
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: first))??.status == .sent })
+        #expect(refusing.messages.map(\.id) == [first])
+    }
+
     @Test func memosArrivingWhileABatchIsOnItsWayGoOutTogetherInTheNext() async throws {
         // A blocked send gives up after `maximumWait`: far longer than a loaded machine needs for the
         // eleven enqueues below, so the first memo is still the one in the slot when it is released.

@@ -77,6 +77,9 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
     /// whose unsynced record of a delivery a power loss may have undone.
     private let startedAt: Int64
+    /// When memos held for a relay's refusal were last released because this node's relay accepts
+    /// (monotonic; shared queues only).
+    private var lastSharedRelease: Int64?
     /// Claims that failed in a row (a full disk, a read-only or damaged database): each waits longer.
     private var failedClaims = 0
     /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
@@ -146,7 +149,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
         }
-        let refusedBefore = try outbox.heldReason(among: DeliveryFailure.relayRefusalKinds)
+        // Shared with other nodes, the held memos may be another node's refusal (its own configuration):
+        // this node finds out about its own relay by trying it.
+        let refusedBefore = outbox.leasesAreShared ? nil : try outbox.heldReason(among: DeliveryFailure.relayRefusalKinds)
         control.sync {
             if let refusedBefore {
                 relay.withLock { $0 = .refused(kind: refusedBefore, since: clock.nowMilliseconds()) }
@@ -452,7 +457,8 @@ public final class DeliveryWorker: @unchecked Sendable {
                 logger.error("relay test failed to start", metadata: ["error.kind": Self.kind(of: error)])
                 retestAt = tick + Self.unrecordedRetryMilliseconds
             }
-        } else if inFlight == 0 {
+        } else if inFlight == 0 && !outbox.leasesAreShared {
+            // (A queue shared with other nodes is left alone: they may well be able to deliver it.)
             do {
                 let held = try outbox.holdWaiting(reason: kind)
                 if held > 0 { logger.notice("memos held while the relay refuses", metadata: ["count": "\(held)", "reason": kind]) }
@@ -480,11 +486,25 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// A memo went through: a refusing relay accepts again, so everything it held goes out.
+    /// A memo went through: a refusing relay accepts again, so everything it held goes out. With other
+    /// nodes, memos held for a relay's refusal may be another node's (its configuration, since fixed or
+    /// not): while this node's relay accepts, they are released once a minute.
     private func relayAccepts() {
         control.async {
             self.relayProven = true
-            guard case .refused = self.relayState else { return }
+            guard case .refused = self.relayState else {
+                let tick = self.clock.monotonicMilliseconds()
+                if self.outbox.leasesAreShared, self.lastSharedRelease.map({ tick - $0 >= 60_000 }) ?? true {
+                    self.lastSharedRelease = tick
+                    if let released = try? self.outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds),
+                       released > 0 {
+                        self.logger.notice("this node's relay accepts; memos another node's refusal held released",
+                                           metadata: ["count": "\(released)"])
+                        self.pump()
+                    }
+                }
+                return
+            }
             self.relay.withLock { $0 = .ok }
             self.retestAt = nil
             do {
