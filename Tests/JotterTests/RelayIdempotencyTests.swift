@@ -161,7 +161,7 @@ import Testing
         _ = try fixture.reserve(key: "busy")
         let busy = try fixture.send(key: "busy")
         #expect(busy.status == 409 && busy.errorCode == "idempotency_in_flight")
-        #expect(busy.header("Retry-After") == "1")
+        #expect(busy.header("Retry-After") == "30", "at most the holder's whole lease")
         let other = try fixture.send(key: "busy", body: "not the same")
         #expect(other.errorCode == "idempotency_conflict", "another payload is a conflict even while in flight")
     }
@@ -193,8 +193,14 @@ import Testing
         let fixture = try Fixture(kind)
         defer { fixture.stop() }
         _ = try fixture.reserve(key: "orphan")
-        fixture.scheduler.clock.advance(milliseconds: 29_999)
-        #expect(try fixture.send(key: "orphan").errorCode == "idempotency_in_flight")
+        // Retry-After says when the key's holder will have had its whole lease, not "1" every time.
+        let busy = try fixture.send(key: "orphan")
+        #expect(busy.errorCode == "idempotency_in_flight" && busy.header("Retry-After") == "30", "\(busy.text)")
+        fixture.scheduler.clock.advance(milliseconds: 20_000)
+        #expect(try fixture.send(key: "orphan").header("Retry-After") == "10")
+        fixture.scheduler.clock.advance(milliseconds: 9_999)
+        let last = try fixture.send(key: "orphan")
+        #expect(last.errorCode == "idempotency_in_flight" && last.header("Retry-After") == "1")
         fixture.scheduler.clock.advance(milliseconds: 1)
         let taken = try fixture.send(key: "orphan")
         #expect(taken.status == 202, "\(taken.text)")
@@ -241,6 +247,7 @@ import Testing
         let lost = try fixture.send(key: "cut", subject: "Once", body: "cut once")
         #expect(cutter.cuts == 1, "the COMMIT's answer was lost")
         #expect(lost.status == 503 && lost.errorCode == "storage_outcome_unknown", "\(lost.text)")
+        #expect(lost.text.contains("same Idempotency-Key"), "\(lost.text)")
         #expect(lost.header("Retry-After") == "31", "after the key's 30-second lease")
         // A millisecond on: a new reservation now would name a new outbox key, and store a second message.
         fixture.scheduler.clock.advance(milliseconds: 1)
@@ -250,6 +257,15 @@ import Testing
         let retried = try fixture.send(key: "cut", subject: "Once", body: "cut once")
         #expect(retried.status == 202, "\(retried.text)")
         #expect(try fixture.send(key: "cut", subject: "Once", body: "cut once").header("Idempotent-Replayed") == "true")
+        // Without a key, and for a code, a retry is not safe: the answer does not promise it is.
+        cutter.arm()
+        let keyless = try fixture.send(key: nil, subject: "No key", body: "cut without a key")
+        #expect(keyless.errorCode == "storage_outcome_unknown" && keyless.text.contains("may arrive twice")
+                && !keyless.text.contains("will not be sent twice"), "\(keyless.text)")
+        cutter.arm()
+        let code = try fixture.relay.requestCode(fixture.secret, "other@example.com")
+        #expect(code.errorCode == "storage_outcome_unknown" && code.text.contains("look in the inbox")
+                && !code.text.contains("Idempotency-Key"), "\(code.text)")
         #expect(try fixture.delivered(body: "cut once") == 1, "stored once, sent once")
     }
 

@@ -294,11 +294,11 @@ struct RelayRoutes: Sendable {
             case .conflict:
                 return .error(409, code: "idempotency_conflict",
                               message: "This Idempotency-Key was already used for a different message.")
-            case .inFlight:
+            case .inFlight(let seconds):
                 var response = HTTPResponse.error(
                     409, code: "idempotency_in_flight",
-                    message: "A request with this Idempotency-Key is still in progress; retry.")
-                response.headers.add(name: "Retry-After", value: "1")
+                    message: "A request with this Idempotency-Key is still in progress; retry after Retry-After.")
+                response.headers.add(name: "Retry-After", value: String(max(seconds, 1)))
                 return response
             case .unverified:
                 return .error(403, code: "destination_unverified",
@@ -380,10 +380,18 @@ struct RelayRoutes: Sendable {
 
     private static func unavailable(_ error: any Error) -> HTTPResponse {
         if let failure = error as? RelayService.StorageFailure, failure.outcomeUnknown {
-            var response = HTTPResponse.error(
-                503, code: "storage_outcome_unknown",
-                message: "The relay lost its database while storing this, which may be stored: send it again "
-                    + "with the same Idempotency-Key after Retry-After to find out; it will not be sent twice.")
+            let message = switch failure.stored {
+            case .keyedMessage:
+                "The relay lost its database while storing this message, which may be stored: send it again "
+                    + "with the same Idempotency-Key after Retry-After to find out; it will not be sent twice."
+            case .message:
+                "The relay lost its database while storing this message, which may be stored and sent: sent "
+                    + "again, it may arrive twice (with an Idempotency-Key, a retry is always safe)."
+            case .code:
+                "The relay lost its database while storing this code's mail, which may be sent: look in the "
+                    + "inbox before asking for another code."
+            }
+            var response = HTTPResponse.error(503, code: "storage_outcome_unknown", message: message)
             response.headers.add(name: "Retry-After", value: String(failure.retryAfterSeconds))
             return response
         }

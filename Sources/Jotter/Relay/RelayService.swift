@@ -43,8 +43,8 @@ public final class RelayService: Sendable {
         case replayed(id: String)
         /// The key was used with another payload.
         case conflict
-        /// The key is held by a request still in progress.
-        case inFlight
+        /// The key is held by a request still in progress, for `retryAfterSeconds` more at most.
+        case inFlight(retryAfterSeconds: Int64)
         /// `to` is not verified for this device.
         case unverified
         /// A limit refused; nothing was spent.
@@ -60,6 +60,17 @@ public final class RelayService: Sendable {
         public var outcomeUnknown = false
         /// When to send it again: once its key's lease has run out (for `outcomeUnknown`).
         public var retryAfterSeconds: Int64 = 30
+        /// What may have been stored (for `outcomeUnknown`): what a retry can safely do depends on it.
+        public var stored = Stored.keyedMessage
+
+        public enum Stored: Sendable {
+            /// A message with an `Idempotency-Key`: sent again with it, it is found, not stored twice.
+            case keyedMessage
+            /// A message without one: sent again, it may be sent twice.
+            case message
+            /// A code's mail: it may have been sent.
+            case code
+        }
     }
 
     private let store: any RelayStore
@@ -168,6 +179,10 @@ public final class RelayService: Sendable {
             completion(result.map { id in
                 logger.info("code mailed", metadata: ["device.id": deviceID, "message.id": id])
                 return .sent(limits: issued.limits)
+            }.mapError { error in
+                guard var failure = error as? StorageFailure, failure.outcomeUnknown else { return error }
+                failure.stored = .code
+                return failure
             })
         }
     }
@@ -227,7 +242,7 @@ public final class RelayService: Sendable {
             switch try store.admitMessage(admission) {
             case .replayed(let id): return completion(.success(.replayed(id: id)))
             case .conflict: return completion(.success(.conflict))
-            case .inFlight: return completion(.success(.inFlight))
+            case .inFlight(let seconds): return completion(.success(.inFlight(retryAfterSeconds: seconds)))
             case .unverified: return completion(.success(.unverified))
             case .limited(let states):
                 logger.info("message refused by a limit", metadata: [
@@ -273,6 +288,7 @@ public final class RelayService: Sendable {
                     "device.id": deviceID, "error.kind": "commit_unknown",
                 ])
                 failure.retryAfterSeconds = (leaseUntil - now + 999) / 1000 + 1
+                failure.stored = idempotency == nil ? .message : .keyedMessage
                 completion(.failure(failure))
             }
         }

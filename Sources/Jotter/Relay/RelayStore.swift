@@ -258,8 +258,8 @@ public enum AdmissionOutcome: Sendable, Equatable {
     case replayed(messageID: String)
     /// The key was used with another payload.
     case conflict
-    /// The key is held by a request still storing its message.
-    case inFlight
+    /// The key is held by a request still storing its message, for `retryAfterSeconds` more at most.
+    case inFlight(retryAfterSeconds: Int64)
     /// `to` is not verified for this device.
     case unverified
     /// A limit refused (nothing was spent).
@@ -292,7 +292,7 @@ struct IdempotencyRecord {
         guard expiresAt > now else { return .expired }
         guard HMAC.constantTimeEquals(payloadHash, presented) else { return .answer(.conflict) }
         if let messageID { return .answer(.replayed(messageID: messageID)) }
-        if let leaseUntil, leaseUntil > now { return .answer(.inFlight) }
+        if let leaseUntil, leaseUntil > now { return .answer(.inFlight(retryAfterSeconds: (leaseUntil - now + 999) / 1000)) }
         return .takeOver(reservedAt: createdAt)
     }
 }
