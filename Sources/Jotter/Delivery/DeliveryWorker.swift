@@ -747,7 +747,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     static func kind(of error: any Error) -> String {
-        (error as? DatabaseError)?.kind ?? "\(type(of: error))"
+        (error as? DatabaseError)?.kind ?? (error as? PostgresConnection.Failure)?.kind ?? "\(type(of: error))"
     }
 
     static func milliseconds(since start: UInt64) -> String {

@@ -399,7 +399,7 @@ struct RelayRoutes: Sendable {
             ?? (error as? DatabaseError)?.isDiskFull ?? false
         var response = HTTPResponse.error(503, code: "storage_unavailable",
                                           message: diskFull ? "The relay's disk is full; nothing was stored."
-                                              : "The relay could not store this; nothing was stored.")
+                                              : "The relay could not use its database; nothing was stored or changed.")
         response.headers.add(name: "Retry-After", value: "30")
         return response
     }
