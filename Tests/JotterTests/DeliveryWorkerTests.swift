@@ -23,14 +23,11 @@ import Testing
                                             batchByteLimit: batchByteLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
             gated = GatedQueue(outbox)
-            var configuration = DeliveryWorker.Configuration()
-            configuration.retryPolicy = policy
-            configuration.batchWindowMilliseconds = batchWindow
-            worker = DeliveryWorker(outbox: gated, transport: transport, configuration: configuration,
-                                    clock: scheduler.clock, scheduler: scheduler)
-            let worker = worker
-            outbox.setOnAccepted { worker.wake() }
-            try worker.start()
+            worker = try DeliveryWorker.started(outbox: outbox, queue: gated, transport: transport,
+                                                scheduler: scheduler) { configuration in
+                configuration.retryPolicy = policy
+                configuration.batchWindowMilliseconds = batchWindow
+            }
         }
 
         func stop() {
@@ -116,9 +113,7 @@ import Testing
         let name = MaildirTransport.fileName(for: earlier)
         try "delivered".write(toFile: directory.file("Maildir/cur/" + name + ":2,S"), atomically: false, encoding: .utf8)
         scheduler.advance(milliseconds: 1000)  // the new process starts later
-        let worker = DeliveryWorker(outbox: outbox, transport: maildir, clock: scheduler.clock, scheduler: scheduler)
-        outbox.setOnAccepted { worker.wake() }
-        try worker.start()
+        let worker = try DeliveryWorker.started(outbox: outbox, queue: outbox, transport: maildir, scheduler: scheduler)
         defer { worker.stop() }
         #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: accepted.id))??.status == .sent })
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).isEmpty)
@@ -139,14 +134,12 @@ import Testing
         func node(_ transport: ControlledTransport) throws -> DeliveryWorker {
             let queue = GatedQueue(outbox)
             queue.sharedLeases.withLock { $0 = true }
-            var configuration = DeliveryWorker.Configuration()
-            configuration.retryPolicy = RetryPolicy(jitter: 0)
-            return DeliveryWorker(outbox: queue, transport: transport, configuration: configuration,
-                                  clock: scheduler.clock, scheduler: scheduler)
+            return try DeliveryWorker.started(outbox: outbox, queue: queue, transport: transport, scheduler: scheduler) {
+                $0.retryPolicy = RetryPolicy(jitter: 0)
+            }
         }
         let refusing = ControlledTransport(.fail(DeliveryFailure(.auth, permanent: true)))
         let wrong = try node(refusing)
-        try wrong.start()
         defer { wrong.stop() }
         let first = try await outbox.enqueue(MemoDraft(body: "met the wrong password")).id
         wrong.wake()
@@ -161,7 +154,6 @@ import Testing
         // releases what the refusal held.
         let delivering = ControlledTransport(.deliver)
         let healthy = try node(delivering)
-        try healthy.start()
         defer { healthy.stop() }
         #expect(healthy.relayState == .ok)
         #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: second))??.status == .sent })

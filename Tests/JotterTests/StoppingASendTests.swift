@@ -38,13 +38,9 @@ import Testing
             gated.sharedLeases.withLock { $0 = sharedLeases }
             let relay = "smtp://127.0.0.1:\(smtp.port)?tls=none&from=jotter@example.com&to=me@example.com"
             transport = Observed(try RelayURL(relay).transport)
-            var configuration = DeliveryWorker.Configuration()
-            configuration.retryPolicy = RetryPolicy(jitter: 0)
-            worker = DeliveryWorker(outbox: gated, transport: transport, configuration: configuration,
-                                    clock: scheduler.clock, scheduler: scheduler)
-            let worker = worker
-            outbox.setOnAccepted { worker.wake() }
-            try worker.start()
+            worker = try DeliveryWorker.started(outbox: outbox, queue: gated, transport: transport, scheduler: scheduler) {
+                $0.retryPolicy = RetryPolicy(jitter: 0)
+            }
         }
 
         func stop() {
