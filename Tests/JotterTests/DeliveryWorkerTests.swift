@@ -18,7 +18,7 @@ import Testing
 
         init(_ behaviour: ControlledTransport.Behaviour, policy: RetryPolicy = RetryPolicy(jitter: 0),
              batchLimit: Int = 1, batchByteLimit: Int = .max, batchWindow: Int64 = 0,
-             maximumWait: Double = 30) throws {
+             maximumWait: Double = 30, leaseMilliseconds: Int64 = DeliveryWorker.Configuration().leaseMilliseconds) throws {
             transport = ControlledTransport(behaviour, maximumWait: maximumWait, batchLimit: batchLimit,
                                             batchByteLimit: batchByteLimit)
             outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
@@ -27,6 +27,7 @@ import Testing
                                                 scheduler: scheduler) { configuration in
                 configuration.retryPolicy = policy
                 configuration.batchWindowMilliseconds = batchWindow
+                configuration.leaseMilliseconds = leaseMilliseconds
             }
         }
 
@@ -123,9 +124,29 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).count == 1)
     }
 
-    /// Two relay nodes share one queue; one's mail password is wrong. That node does not hold the shared
-    /// queue (the other delivers it), a node starting later does not start refused for the other's
-    /// refusal, and what the refusal held is released once the healthy node's relay accepts.
+    /// A send slower than its lease (a long `?timeout=`): its memo is due again for a claim, but a worker
+    /// does not claim what it is still sending, so the timer waits a second between looks — it was re-armed
+    /// every millisecond, a core busy with claims until the send ended.
+    @Test func aSendSlowerThanItsLeaseDoesNotSpinTheTimer() async throws {
+        let fixture = try Fixture(.deliver, maximumWait: 120, leaseMilliseconds: 5_000)
+        defer { fixture.stop() }
+        try await fixture.proveRelay()  // several slots from now on
+        fixture.transport.block()
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "slower than its lease")).id
+        #expect(fixture.transport.waitUntilBlocked(count: 1, timeout: 20))
+        #expect(fixture.waitForDeadline(fixture.now + 5_000), "the next look: when the lease runs out")
+        fixture.scheduler.advance(milliseconds: 5_000)
+        #expect(fixture.waitForDeadline(fixture.now + 1_000), "a second on, not a millisecond")
+        fixture.scheduler.advance(milliseconds: 1_000)
+        #expect(fixture.waitForDeadline(fixture.now + 1_000))
+        fixture.transport.release()
+        #expect(TestServer.waitUntil(timeout: 20) { (try? fixture.record(id))??.status == .sent })
+        #expect(fixture.transport.messages.filter { $0.id == id }.count == 1, "sent once")
+    }
+
+    /// Two relay nodes share one queue; one's mail password is wrong. That node holds nothing: the memo
+    /// its relay refused goes back in the queue (due again in a minute) and the others stay queued, for
+    /// a node that can send them; a node starting later does not start refused for the other's refusal.
     @Test func oneNodesRefusingRelayDoesNotStallTheOthers() async throws {
         let directory = TemporaryDirectory()
         let scheduler = ManualScheduler()
@@ -143,7 +164,7 @@ import Testing
         defer { wrong.stop() }
         let first = try await outbox.enqueue(MemoDraft(body: "met the wrong password")).id
         wrong.wake()
-        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: first))??.status == .held })
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: first))??.status == .retrying })
         #expect(TestServer.waitUntil(timeout: 20) { if case .refused = wrong.relayState { true } else { false } })
         let second = try await outbox.enqueue(MemoDraft(body: "waits for a node that can send")).id
         let arms = scheduler.arms
@@ -157,7 +178,12 @@ import Testing
         defer { healthy.stop() }
         #expect(healthy.relayState == .ok)
         #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: second))??.status == .sent })
-        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: first))??.status == .sent })
+        // Time goes on, a second per look, until the first memo is due again and the healthy node sends it.
+        #expect(TestServer.waitUntil(timeout: 60) {
+            scheduler.advance(milliseconds: 1000)
+            return (try? outbox.history.record(id: first))??.status == .sent
+        })
+        #expect(scheduler.clock.nowMilliseconds() - 1_700_000_000_000 >= DeliveryWorker.refusedSharedRetryMilliseconds)
         #expect(refusing.messages.map(\.id) == [first])
     }
 

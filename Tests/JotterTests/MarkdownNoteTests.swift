@@ -190,6 +190,10 @@ import Testing
         "<pre>\n# not a heading\n</pre>\n# a heading", "<div>\n```\n\ntext", "<span>\n```",
         "> - ```\n>   code", "1. one\n   ```\n2. two\n```", "    indented ```\n```", "```\n<pre>",
         "para\n<pre>", "- a\n<!-- b", "<!-- a -->\n<pre>\n</pre>\n<!-- open",
+        "<!doctype html\n# forged top heading\n>", "<!x\n# a\n>",  // cmark: a paragraph, then a heading
+        // Nested past `maximumDepth` (one line, and with many lines after): fenced, quickly.
+        String(repeating: "- ", count: 5_000) + "a\n" + String(repeating: "\n", count: 20_000) + "x",
+        String(repeating: "> ", count: 100) + "# deep\n```", "~~~~~~\n" + String(repeating: "> ", count: 40) + "~~~",
     ])
     func nothingAMemoHoldsRunsIntoTheNextEntryAsCMarkReadsIt(body: String) throws {
         let (note, failures) = try Self.containment(of: [body])

@@ -80,6 +80,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// When memos held for a relay's refusal were last released because this node's relay accepts
     /// (monotonic; shared queues only).
     private var lastSharedRelease: Int64?
+    /// The last claim found nothing it could take.
+    private var claimedNothing = false
     /// Claims that failed in a row (a full disk, a read-only or damaged database): each waits longer.
     private var failedClaims = 0
     /// Outcomes that could not be written (a full disk): written as soon as the disk takes writes
@@ -228,9 +230,13 @@ public final class DeliveryWorker: @unchecked Sendable {
             stopped = true
             timer?.cancel()
             timer = nil
-            renewal?.cancel()
-            renewal = nil
             for progress in progresses.values { progress.requestStop() }
+        }
+        defer {
+            control.sync {
+                renewal?.cancel()
+                renewal = nil
+            }
         }
         if idle.wait(timeout: .now() + timeout) == .timedOut {
             let handedOver = control.sync { Set(progresses.values.filter(\.isHandedOver).map(ObjectIdentifier.init)).count }
@@ -287,6 +293,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 // Full by count: more is waiting, the next batch goes without a window. (A batch cut by
                 // its bytes may wait one window for the next, if more memos arrived meanwhile.)
                 backlogged = batch > 1 && claimed.count == limit
+                claimedNothing = claimed.isEmpty
                 for start in stride(from: 0, to: claimed.count, by: batch) {
                     send(Array(claimed[start..<min(start + batch, claimed.count)]))
                 }
@@ -408,7 +415,7 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// queue does not take over a send that is slow but alive (and deliver it a second time).
     private func renewLeases() {
         dispatchPrecondition(condition: .onQueue(control))
-        guard !stopped else { return }
+        guard renewal != nil else { return }  // (renewed while stopping too: a send it waits for keeps its memo)
         let now = clock.nowMilliseconds(), lease = configuration.leaseMilliseconds
         for (id, attempt) in sending {
             do {
@@ -420,10 +427,8 @@ public final class DeliveryWorker: @unchecked Sendable {
             } catch is DeliveryLifecycle.Refusal {
                 // Another node's now: a send not handed over yet stops (that node sends it), and this
                 // attempt's outcome, whatever it is, is not recorded over the other's.
-                if progresses[id]?.isHandedOver == false {
-                    progresses[id]?.requestStop()
-                    logger.warning("lease lost: another node took the memo over; this send stops", metadata: ["message.id": id])
-                }
+                if progresses[id]?.isHandedOver == false { progresses[id]?.requestStop() }
+                logger.warning("lease lost: another node took the memo over", metadata: ["message.id": id])
                 sending[id] = nil
             } catch {
                 // Unconfirmed: the send stops when the lease it has runs out (`leaseStopAt`).
@@ -486,9 +491,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// A memo went through: a refusing relay accepts again, so everything it held goes out. With other
-    /// nodes, memos held for a relay's refusal may be another node's (its configuration, since fixed or
-    /// not): while this node's relay accepts, they are released once a minute.
+    /// A memo went through: a refusing relay accepts again, so everything it held goes out. (Nodes sharing
+    /// a queue hold nothing for a refusal, but earlier versions did: while this node's relay accepts, such
+    /// memos are released, once a minute at most.)
     private func relayAccepts() {
         control.async {
             self.relayProven = true
@@ -567,6 +572,10 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
         if inFlight >= slotCount && delay == 0 {
             delay = 60_000  // every slot busy: a finishing send pumps again
+        } else if delay == 0 && claimedNothing {
+            // Due, yet nothing to claim: the lease of a send this process is still making ran out (a long
+            // `?timeout=`; claims skip this process's own sends). Look again in a second, not in a millisecond.
+            delay = 1000
         }
         timer?.arm(afterMilliseconds: max(delay, 1))
     }
@@ -641,11 +650,14 @@ public final class DeliveryWorker: @unchecked Sendable {
         if error.isAtTheRelay { capped.capMilliseconds = min(capped.capMilliseconds, Self.relayCheckCapMilliseconds) }
         let policy = capped
         // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
-        let refused = error.refusesTheRelay
+        let refused = error.refusesTheRelay, shared = outbox.leasesAreShared
         if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }
         let after = record(claimed.id, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
             try lifecycle.expectAttempt(claimed.attempt)
-            if refused {
+            if refused && shared {
+                // This node's relay refuses; another node's may not: back in the shared queue, for them.
+                try lifecycle.relayUnreachable(error, retryAt: now + Self.refusedSharedRetryMilliseconds)
+            } else if refused {
                 // The relay's failure, not this memo's: it waits, held, with the others.
                 try lifecycle.hold(reason: error.kind.rawValue)
             } else if offline {
@@ -664,6 +676,9 @@ public final class DeliveryWorker: @unchecked Sendable {
             "retry_in_ms": after?.nextAttemptAt.map { "\($0 - now)" } ?? "-",
         ])
     }
+
+    /// When a memo that met this node's refusing relay is due again for the other nodes sharing the queue.
+    static let refusedSharedRetryMilliseconds: Int64 = 60_000
 
     /// The longest wait between two questions about a memo a Jotter relay has (`isAtTheRelay`).
     static let relayCheckCapMilliseconds: Int64 = 300_000

@@ -16,13 +16,20 @@
 ///   defused, so a memo cannot forge another entry's marker.
 /// The blank line and the `##` heading that begin the next entry end everything else a memo can
 /// leave open: paragraphs, quotes, lists (and what is inside them), indented code, other HTML blocks.
+///
+/// A memo nested deeper than `maximumDepth` quotes and list items (no one writes that; a hostile memo
+/// could, and would cost time in proportion to its depth on every line) is written as a code block,
+/// fenced with more `~` than any run of them in it: shown as typed, and containing itself.
 enum MarkdownContainment {
     /// `body` contained, ending in one `\n`, without trailing blank lines.
     static func contain(_ body: String) -> String {
         var lines = Self.lines(body)
         while lines.last?.isEmpty == true { lines.removeLast() }
         var scanner = Scanner(lines: lines)
-        for index in lines.indices { scanner.scan(index) }
+        for index in lines.indices {
+            scanner.scan(index)
+            if scanner.containers.count > maximumDepth { return fenced(lines) }
+        }
         var output: [UInt8] = []
         output.reserveCapacity(body.utf8.count + 16)
         for (index, line) in scanner.lines.enumerated() {
@@ -34,6 +41,26 @@ enum MarkdownContainment {
             output += [UInt8](repeating: character, count: length)
         }
         output.append(UInt8(ascii: "\n"))
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// Quotes and list items nested deeper than this make the memo a code block.
+    static let maximumDepth = 32
+
+    /// `lines` as one code block fenced with `~`, longer than any run of `~` in them.
+    private static func fenced(_ lines: [[UInt8]]) -> String {
+        var longest = 0
+        for line in lines {
+            var run = 0
+            for byte in line {
+                run = byte == UInt8(ascii: "~") ? run + 1 : 0
+                longest = max(longest, run)
+            }
+        }
+        let fence = [UInt8](repeating: UInt8(ascii: "~"), count: max(3, longest + 1))
+        var output = fence + [UInt8(ascii: "\n")]
+        for line in lines { output += line + [UInt8(ascii: "\n")] }
+        output += fence + [UInt8(ascii: "\n")]
         return String(decoding: output, as: UTF8.self)
     }
 
@@ -139,7 +166,7 @@ enum MarkdownContainment {
             }
             // 3. New containers.
             var opened = false
-            while true {
+            while containers.count <= MarkdownContainment.maximumDepth {  // deeper: the memo is fenced
                 let (indent, at) = line.indentation(from: position)
                 guard indent < 4, at < line.count else { break }
                 if line[at] == UInt8(ascii: ">") {
@@ -366,7 +393,7 @@ enum MarkdownContainment {
         ]
 
         /// The kind (1–7) of HTML block `text` (from its first non-space) starts, if any (kind 7 cannot
-        /// interrupt a paragraph); 0 for a line CommonMark readers disagree on.
+        /// interrupt a paragraph); 0 for a line CommonMark readers disagree on (`</pre>`, `<!doctype`).
         static func start(_ text: ArraySlice<UInt8>, paragraphOpen: Bool) -> Int? {
             guard text.first == UInt8(ascii: "<") else { return nil }
             let rest = text.dropFirst()
@@ -377,7 +404,10 @@ enum MarkdownContainment {
             }
             if rest.starts(with: "!--".utf8) { return 2 }
             if rest.first == UInt8(ascii: "?") { return 3 }
-            if rest.first == UInt8(ascii: "!"), let letter = rest.dropFirst().first, isLetter(letter) { return 4 }
+            if rest.first == UInt8(ascii: "!"), let letter = rest.dropFirst().first, isLetter(letter) {
+                // The spec (0.30) takes any letter; cmark only a capital one.
+                return (65...90).contains(letter) ? 4 : 0
+            }
             if rest.starts(with: "![CDATA[".utf8) { return 5 }
             let closing = rest.first == UInt8(ascii: "/")
             let name = rest.dropFirst(closing ? 1 : 0).prefix(while: { isLetter($0) || isDigit($0) })

@@ -45,6 +45,8 @@ public struct SMTPTransport: Transport {
                 handle.phaseLimits = (untilUploaded: Int64(settings.timeoutSeconds) * 1000,
                                       afterUpload: Self.endOfDataReplyMilliseconds)
                 try handle.set(CURLOPT_TIMEOUT, settings.timeoutSeconds + Int(Self.endOfDataReplyMilliseconds / 1000) + 60)
+                // libcurl's own wait for any one reply is 120 s: without this, the end of DATA's was too.
+                try handle.set(CURLOPT_SERVER_RESPONSE_TIMEOUT, Int(Self.endOfDataReplyMilliseconds / 1000) + 30)
                 if !settings.implicitTLS {
                     try handle.set(CURLOPT_USE_SSL, Int(settings.requireTLS ? CURLUSESSL_ALL.rawValue
                                                                              : CURLUSESSL_NONE.rawValue))
