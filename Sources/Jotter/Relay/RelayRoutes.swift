@@ -298,7 +298,9 @@ struct RelayRoutes: Sendable {
                 var response = HTTPResponse.error(
                     409, code: "idempotency_in_flight",
                     message: "A request with this Idempotency-Key is still in progress; retry after Retry-After.")
-                response.headers.add(name: "Retry-After", value: String(max(seconds, 1)))
+                // The holder usually answers within milliseconds; one that died holds the key until its
+                // lease ends. A few seconds between tries serve both.
+                response.headers.add(name: "Retry-After", value: String(min(max(seconds, 1), 5)))
                 return response
             case .unverified:
                 return .error(403, code: "destination_unverified",

@@ -34,8 +34,6 @@ public final class EasyHandle {
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
-    /// The transfer was stopped by `progress` before the upload was whole.
-    public private(set) var stoppedBeforeHandover = false
 
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
@@ -112,7 +110,6 @@ public final class EasyHandle {
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         _ = jotter_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
-        stoppedBeforeHandover = false
         if phaseLimits != nil || progress != nil {
             _ = jotter_curl_setopt_xferinfo_function(handle, jotterCurlProgress)
             _ = jotter_curl_setopt_pointer(handle, CURLOPT_XFERINFODATA, me)
@@ -215,10 +212,7 @@ public final class EasyHandle {
     /// libcurl's progress callback (at least once a second): false stops the transfer, a phase's limit
     /// having passed.
     fileprivate func withinPhaseLimits() -> Bool {
-        if uploadedAt == nil, let progress, progress.shouldStop {
-            stoppedBeforeHandover = true
-            return false
-        }
+        if uploadedAt == nil, let progress, progress.shouldStop { return false }
         guard let limits = phaseLimits else { return true }
         let now = monotonicNanoseconds()
         let (since, limit) = uploadedAt.map { ($0, limits.afterUpload) } ?? (startedAt, limits.untilUploaded)
