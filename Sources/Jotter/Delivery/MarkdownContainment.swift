@@ -429,7 +429,7 @@ enum MarkdownContainment {
         static func ends(_ kind: Int, _ text: ArraySlice<UInt8>) -> Bool {
             switch kind {
             case 1:
-                let lower = Array(lowercased(text).utf8)
+                let lower = text.map { (65...90).contains($0) ? $0 | 0x20 : $0 }
                 return raw.contains { lower.containsLiterally(Array("</\($0)>".utf8)) }
             case 2: return text.containsLiterally(Array("-->".utf8))
             case 3: return text.containsLiterally(Array("?>".utf8))

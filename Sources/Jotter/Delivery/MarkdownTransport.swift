@@ -66,13 +66,8 @@ public final class MarkdownTransport: Transport {
         if message.subject != SubjectLine.derived(from: message.body) && !message.subject.isEmpty {
             entry += "**\(escapeInline(message.subject))**\n\n"
         }
-        entry += containedBody(message.body)
+        entry += MarkdownContainment.contain(message.body)
         return entry
-    }
-
-    /// The body made safe for the note: see `MarkdownContainment`.
-    static func containedBody(_ body: String) -> String {
-        MarkdownContainment.contain(body)
     }
 
     /// A subject on one line inside `**…**`, read literally: the punctuation that could begin emphasis,
