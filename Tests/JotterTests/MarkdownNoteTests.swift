@@ -130,7 +130,8 @@ import Testing
 
     /// What `cmark` (CommonMark's reference reader) sees in `note`: for each entry, in order, whether
     /// its `##` heading is a heading of the note's top level, its marker an HTML block there, and a
-    /// body of `sentinel` a paragraph there; and every other level 1–2 heading anywhere.
+    /// body of `sentinel` a paragraph there (and whether a link reference definition made links in
+    /// it); and every other level 1–2 heading anywhere.
     static func readWithCMark(_ note: String) throws -> [String] {
         let script = """
             import subprocess, sys, xml.etree.ElementTree as ET
@@ -146,7 +147,8 @@ import Testing
                 elif kind == 'html_block' and text(child).startswith('<!-- jotter:'):
                     print('marker ' + text(child).strip())
                 elif kind == 'paragraph' and text(child).startswith('sentinel'):
-                    print('paragraph ' + text(child))
+                    links = list(child.iter(ns + 'link'))
+                    print('paragraph ' + text(child) + (' (linked by a definition)' if links else ''))
             for heading in document.iter(ns + 'heading'):
                 if heading not in list(document) and heading.get('level') in ('1', '2'):
                     print('nested heading%s %s' % (heading.get('level'), text(heading)))
@@ -163,9 +165,9 @@ import Testing
         var expected: [String] = []
         for (index, body) in bodies.enumerated() {
             _ = try transport.send(Self.memo("m\(index)", body))
-            _ = try transport.send(Self.memo("s\(index)", "sentinel \(index)"))
+            _ = try transport.send(Self.memo("s\(index)", "sentinel \(index) [x] [y]"))
             expected += ["heading2 entry", "marker <!-- jotter:m\(index) -->"]
-            expected += ["heading2 entry", "marker <!-- jotter:s\(index) -->", "paragraph sentinel \(index)"]
+            expected += ["heading2 entry", "marker <!-- jotter:s\(index) -->", "paragraph sentinel \(index) [x] [y]"]
         }
         let note = try String(contentsOfFile: directory.file("note.md"), encoding: .utf8)
         let seen = try Self.readWithCMark(note)
@@ -191,6 +193,9 @@ import Testing
         "> - ```\n>   code", "1. one\n   ```\n2. two\n```", "    indented ```\n```", "```\n<pre>",
         "para\n<pre>", "- a\n<!-- b", "<!-- a -->\n<pre>\n</pre>\n<!-- open",
         "<!doctype html\n# forged top heading\n>", "<!x\n# a\n>",  // cmark: a paragraph, then a heading
+        // Link reference definitions are the whole note's: the next entry's `[x]` would be a link.
+        "[x]: https://example.com", "[y]:\n/v", "> [x]: /u", "- [x]: /u", "text\n\n  [x]: /u 'title'",
+        "[x\n]: /u", "```\n```\n[y]: /v", "<!-- a -->\n[x]: /u",
         // Nested past `maximumDepth` (one line, and with many lines after): fenced, quickly.
         String(repeating: "- ", count: 5_000) + "a\n" + String(repeating: "\n", count: 20_000) + "x",
         String(repeating: "> ", count: 100) + "# deep\n```", "~~~~~~\n" + String(repeating: "> ", count: 40) + "~~~",
@@ -210,7 +215,8 @@ import Testing
                       "", "    indented", "\tcode", "text", "  text", "- ", "*", "+ item", "<textarea>", "</TEXTAREA>",
                       "\r", " > - ```", "> > ~~~", "  > # t", "- > ```", "10. ten", "<p>", "</p x", "<x-y z='1'/>",
                       ">\t```", "-\t```", "1.      wide", "- \t~~~", "\t- ```", "> ===", "> text", "<!-- a --> b",
-                      "<?x?>", "</pre>", "<pre/>", "0) zero", "- - -", "   ```", "    ```", " -", "\u{0B}", "#"]
+                      "<?x?>", "</pre>", "<pre/>", "0) zero", "- - -", "   ```", "    ```", " -", "\u{0B}", "#",
+                      "[x]: /u", "[y]:", "  /v", "[x", "y]: /w", "[^1]: note", "\\[x]: /u", "[x]", "[a[b]]: /u"]
         var generator = SeededGenerator(seed: 0x6a6f74746572)
         let bodies = (0..<600).map { _ in
             (0..<Int.random(in: 1...8, using: &generator)).map { _ in
@@ -220,6 +226,18 @@ import Testing
         }
         let (note, failures) = try Self.containment(of: bodies)
         #expect(failures.isEmpty, "\(failures)\n\(note.prefix(4000))")
+    }
+
+    /// A memo's definition is shown as the text it is, and its inline links stay links.
+    @Test func aDefinitionReadsAsTextAndInlineLinksStayLinks() throws {
+        let directory = TemporaryDirectory()
+        let transport = try MarkdownTransport(folder: directory.path, file: "note.md", heading: "entry")
+        _ = try transport.send(Self.memo("a", "[x]: https://example.com/a\n\n[site](https://example.com/b) and [x]"))
+        let note = try String(contentsOfFile: directory.file("note.md"), encoding: .utf8)
+        let html = try Python.run("import subprocess, sys; sys.stdout.write(subprocess.run(['cmark'], input=sys.stdin.buffer.read(), capture_output=True, check=True).stdout.decode())",
+                                  input: Array(note.utf8))
+        #expect(html.contains("<p>[x]: https://example.com/a</p>"), "\(html)")
+        #expect(html.contains("<p><a href=\"https://example.com/b\">site</a> and [x]</p>"), "\(html)")
     }
 
     @Test func aSubjectIsReadLiterally() throws {

@@ -12,6 +12,9 @@
 ///   `<textarea>`, `<!--`, `<?`, `<!X`, `<![CDATA[` without their end) has its `<` written `&lt;`,
 ///   at the top level (inside a quote or list item it ends with its container);
 /// - a code fence still open at the top level is closed with a fence as long as the one that opened it;
+/// - a paragraph that would begin with a link reference definition (`[x]: https://…`, footnotes'
+///   `[^1]: …` alike) has its `[` escaped: a definition is the whole note's, so it could turn another
+///   entry's `[x]` into a link, or win over that entry's own definition;
 /// - a line break is `\n` (a lone `\r` is a line break to CommonMark too), and `<!-- jotter:` is
 ///   defused, so a memo cannot forge another entry's marker.
 /// The blank line and the `##` heading that begin the next entry end everything else a memo can
@@ -239,7 +242,41 @@ enum MarkdownContainment {
                 leaf = .none
                 return
             }
+            let begins = !(leaf == .paragraph && (lazy || matched == containers.count))
+            if begins && line[at] == UInt8(ascii: "[") && labelEndsInColon(index, from: line.origin[at] + 1) {
+                insertBackslash(index, before: line.origin[at])
+            }
             text(lazy: lazy, matched: matched)
+        }
+
+        /// Whether the `[` just before `offset` in line `index` opens a link reference definition's
+        /// label: no `[` before its `]`, and a `:` right after that (over up to 999 bytes, across the
+        /// paragraph's lines). Such a definition is the whole note's (CommonMark resolves every
+        /// `[label]` of the document against it, and the first one of a label wins), so a memo could
+        /// turn another entry's `[x]` into a link, or take over its own references.
+        private func labelEndsInColon(_ index: Int, from offset: Int) -> Bool {
+            var budget = 999
+            var escaped = false, closed = false
+            for (number, line) in lines[index...].enumerated() {
+                if number > 0 && Line(line).isBlank(from: 0) { return false }
+                if closed { return false }  // `]` at the end of a line: the `:` must follow it at once
+                for byte in line[(number == 0 ? offset : 0)...] {
+                    if closed { return byte == UInt8(ascii: ":") }
+                    budget -= 1
+                    if budget < 0 { return false }
+                    if escaped {
+                        escaped = false
+                    } else if byte == UInt8(ascii: "\\") {
+                        escaped = true
+                    } else if byte == UInt8(ascii: "[") {
+                        return false
+                    } else if byte == UInt8(ascii: "]") {
+                        closed = true
+                    }
+                }
+                escaped = false
+            }
+            return false
         }
 
         /// A line of paragraph text: it continues the open paragraph (lazily, keeping containers it did
