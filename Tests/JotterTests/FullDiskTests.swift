@@ -54,6 +54,7 @@ import Testing
             #expect(response.status == 204)
             accepted.append(try #require(response.header("X-Message-Id")))
         }
+        #expect(try JSONValue.parse(try server.request("GET", "/healthz").body)["storage"]?["state"]?.string == "ok")
         let limit = try Self.fill(server.outbox.database)
         // 20 KB: overflow pages the database has no room for.
         let canary = "walrus-on-a-full-disk-"
@@ -63,12 +64,23 @@ import Testing
         try Self.expectRefused(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                                   body: Array(large.utf8)), diskFull: true)
         #expect(Set(try server.outbox.history.latest(limit: 50).map(\.id)) == Set(accepted))
+        // A monitor learns it: /healthz is degraded, and says why and since when — also after the worker
+        // recorded its deliveries, small updates that fit where a memo does not.
+        #expect(try TestServer.waitUntil(timeout: 60) { try server.outbox.history.counts()[.sent] == accepted.count })
+        let failing = try JSONValue.parse(try server.request("GET", "/healthz").body)
+        #expect(failing["status"]?.string == "degraded")
+        #expect(failing["storage"]?["state"]?.string == "failing")
+        #expect(failing["storage"]?["reason"]?.string == "disk_full")
+        #expect(failing["storage"]?["since"]?.string?.hasPrefix("20") == true)
 
         try Self.makeRoom(in: server.outbox.database, limit: limit)
         let again = try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
                                        body: Array(large.utf8))
         #expect(again.status == 204)
         accepted.append(try #require(again.header("X-Message-Id")))
+        let healthy = try JSONValue.parse(try server.request("GET", "/healthz").body)
+        #expect(healthy["storage"]?["state"]?.string == "ok", "a memo stored again: the trouble is over")
+        #expect(healthy["storage"]?["reason"] == .null)
 
         #expect(try server.finishDeliveries(timeout: 60), "every accepted memo is delivered")
         let files = server.deliveredFiles()

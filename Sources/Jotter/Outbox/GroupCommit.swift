@@ -20,6 +20,8 @@ final class GroupCommit: Sendable {
     /// are between `enqueue` and their answer (the inline path is for a memo that is alone).
     private let pending = Mutex<(items: [Pending], scheduled: Bool, unanswered: Int)>(([], false, 0))
     private let onAccepted = Callback()
+    /// Why memos are refused, from the first refused commit until one commits again.
+    private let trouble = Mutex<Outbox.StorageTrouble?>(nil)
 
     init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger) {
         self.database = database
@@ -32,6 +34,9 @@ final class GroupCommit: Sendable {
     func setOnAccepted(_ handler: (@Sendable () -> Void)?) {
         onAccepted.set(handler)
     }
+
+    /// Set while commits of memos fail for the disk's reasons, until one commits again.
+    var storageTrouble: Outbox.StorageTrouble? { trouble.withLock { $0 } }
 
     /// Stores `draft`; `completion` runs after the COMMIT that made it durable, or with the reason it was not stored.
     ///
@@ -103,7 +108,14 @@ final class GroupCommit: Sendable {
                                                             "batch": "\(batch.count)"])
             let storage = Outbox.EnqueueError.storage(kind: failure?.kind ?? "io", diskFull: failure?.isDiskFull ?? false)
             outcomes = Array(repeating: .failure(storage), count: batch.count)
+            let reason = failure?.storageTrouble ?? "other"
+            trouble.withLock { trouble in
+                if trouble?.reason != reason {
+                    trouble = Outbox.StorageTrouble(reason: reason, sinceMilliseconds: trouble?.sinceMilliseconds ?? now)
+                }
+            }
         }
+        if outcomes.contains(where: { (try? $0.get()) != nil }) { trouble.withLock { if $0 != nil { $0 = nil } } }
         for (item, outcome) in zip(batch, outcomes) {
             item.completion(outcome)
         }

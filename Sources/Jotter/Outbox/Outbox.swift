@@ -52,6 +52,18 @@ public final class Outbox: MessageOutbox {
         case outcomeUnknown(kind: String)
     }
 
+    /// Why memos are being refused: the commit of the last one failed for the disk's reasons.
+    public struct StorageTrouble: Sendable, Equatable {
+        /// `DatabaseError.storageTrouble`: `disk_full`, `read_only`, `io_error`, `damaged`, …
+        public let reason: String
+        /// When commits began to fail (wall clock, milliseconds since 1970).
+        public let sinceMilliseconds: Int64
+    }
+
+    /// Set from the first memo refused for the disk's reasons until a memo is stored again: what
+    /// `/healthz` reports as `storage`.
+    public var storageTrouble: StorageTrouble? { accepting.storageTrouble }
+
     /// The one database queue (the device registry shares it).
     public let database: DatabaseQueue
     /// Plain settings and configuration fingerprints.

@@ -29,6 +29,20 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// True when the disk (or the database's size limit) is full.
     public var isDiskFull: Bool { primaryCode == SQLITE_FULL }
 
+    /// The disk's trouble, not the statement's (nil for a constraint, a bug, a misuse): `disk_full`,
+    /// `read_only`, `io_error`, `damaged`, `cannot_open`, or `locked` (by another process, too long).
+    public var storageTrouble: String? {
+        switch primaryCode {
+        case SQLITE_FULL: return "disk_full"
+        case SQLITE_READONLY, SQLITE_PERM: return "read_only"
+        case SQLITE_IOERR: return "io_error"
+        case SQLITE_CORRUPT, SQLITE_NOTADB: return "damaged"
+        case SQLITE_CANTOPEN: return "cannot_open"
+        case SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL: return "locked"
+        default: return nil
+        }
+    }
+
     /// A short kind for logs: the SQLite result code's name.
     public var kind: String { String(cString: sqlite3_errstr(code)) }
 

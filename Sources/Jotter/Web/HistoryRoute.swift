@@ -115,9 +115,17 @@ struct HistoryRoute: Sendable {
             let relay = relayState()
             let now = clock.nowMilliseconds()
             let stuck = try outbox.history.stuckSummary(acceptedBefore: now - warnAfterMilliseconds)
+            let storage = outbox.storageTrouble
             var json = JSONWriter()
             json.object { json in
-                json.field("status", relay == .ok && stuck.count == 0 ? "ok" : "degraded")
+                json.field("status", relay == .ok && stuck.count == 0 && storage == nil ? "ok" : "degraded")
+                // The disk refuses memos (full, read-only, failing): they get 503 until one is stored again.
+                json.key("storage")
+                json.object { json in
+                    json.field("state", storage == nil ? "ok" : "failing")
+                    json.field("reason", storage?.reason)
+                    json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
+                }
                 json.key("stuck")
                 json.object { json in
                     json.field("count", Int64(stuck.count))
