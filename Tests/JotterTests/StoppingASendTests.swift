@@ -107,6 +107,37 @@ import Testing
         #expect(fixture.smtp.received.isEmpty)
     }
 
+    /// A relay node stopping while the server holds its memo (the reply to the end of DATA takes 12 s)
+    /// keeps renewing that memo's lease while it waits: otherwise another node would take the memo over
+    /// when the lease ran out and send it a second time. The stop then records the memo `sent`.
+    @Test func aStoppingNodeKeepsTheLeaseOfASendItWaitsFor() async throws {
+        let fixture = try Fixture(dataDelay: 12_000, sharedLeases: true)
+        defer { fixture.stop() }
+        let id = try await fixture.outbox.enqueue(MemoDraft(body: "handed over, node stopping")).id
+        #expect(fixture.waitForEvent("DATA received"))
+        func leaseUntil() throws -> Int64? {
+            try fixture.outbox.database.read { database in
+                try database.statement("SELECT lease_until FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
+            }
+        }
+        let before = try #require(try leaseUntil())
+        let stopped = Mutex(false)
+        let stopping = Thread {
+            fixture.worker.stop(timeout: 1, handedOverTimeout: 60)
+            stopped.withLock { $0 = true }
+        }
+        stopping.start()
+        #expect(TestServer.waitUntil(timeout: 20) { fixture.worker.isStopped })
+        let lease = DeliveryWorker.Configuration().leaseMilliseconds
+        fixture.scheduler.advance(milliseconds: lease / 3 + 1)  // the renewal, while the stop waits
+        #expect(TestServer.waitUntil(timeout: 20) { ((try? leaseUntil()) ?? nil).map { $0 > before } == true },
+                "renewed during the stop")
+        #expect(!stopped.withLock { $0 }, "still waiting for the server's answer")
+        #expect(TestServer.waitUntil(timeout: 60) { stopped.withLock { $0 } })
+        #expect(fixture.record(id)?.status == .sent)
+        #expect(fixture.smtp.received.count == 1)
+    }
+
     /// A transfer whose stop time passes before it hands its memo over (a lease that could not be renewed:
     /// the database was unreachable) stops then, without sending it.
     @Test func aTransferStopsAtItsStopTimeBeforeHandingOver() throws {

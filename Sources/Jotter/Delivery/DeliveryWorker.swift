@@ -220,6 +220,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
+    /// False from `start` until `stop` begins.
+    var isStopped: Bool { control.sync { stopped } }
+
     /// Stops claiming, stops sends that have not handed their memo over yet (SMTP: before the end of
     /// DATA), and waits up to `timeout` seconds for sends in flight — and up to `handedOverTimeout` for
     /// one whose memo the relay already has (the reply to the end of DATA can take a busy server's spam
