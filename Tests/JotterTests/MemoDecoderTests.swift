@@ -98,6 +98,15 @@ import Testing
         #expect(memo == MemoDecoder.Memo(subject: nil, body: raw))
     }
 
+    /// Text that only looks like a form somewhere (an `&` meant as text, a URL with `?subject=…&body=…`)
+    /// is the memo as sent: read as a form, what followed the `&` was dropped, and the server said 204.
+    @Test(arguments: ["subject=Groceries&body=milk & eggs", "mailto:bob@example.com?subject=Hi&body=Hello there",
+                      "body=tea&biscuits", "note: body=x", "body=a&b c=d", "=x&body=y"])
+    func textThatOnlyLooksLikeAFormIsTheRawMemo(raw: String) throws {
+        let memo = try Self.decode("application/x-www-form-urlencoded", raw)
+        #expect(memo == MemoDecoder.Memo(subject: nil, body: raw))
+    }
+
     @Test func formFieldLineBreaksBecomeLF() throws {
         let memo = try Self.decode("application/x-www-form-urlencoded", "subject=a%0Db&body=one%0D%0Atwo%0Dthree")
         #expect(memo == MemoDecoder.Memo(subject: "a\nb", body: "one\ntwo\nthree"))

@@ -68,12 +68,25 @@ public enum MemoDecoder {
 
     // MARK: application/x-www-form-urlencoded
 
-    /// Fields `body` and `subject`; when neither is present the raw body is the memo, so
-    /// `curl -d "buy milk"` (which sends this type) means what it says.
+    /// Fields `body` and `subject`; when neither is present, or the body is not a form at all, the raw
+    /// body is the memo, so `curl -d "buy milk"` (which sends this type) means what it says. A form is
+    /// `name=value` pairs whose names are words (letters, digits, `_`, `-`, `.`): `curl -d "body=milk &
+    /// eggs"` has a piece ` eggs` that is no pair (its `&` was meant as text), and `mailto:a@b?subject=Hi&
+    /// body=Hello` a name no form has. Read as a form, each lost what followed the `&` — with a 204.
     static func urlEncoded(_ bytes: [UInt8]) throws(MemoDecodingError) -> Memo {
+        let pairs = bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true)
+        let isForm = pairs.allSatisfy { pair in
+            guard let equals = pair.firstIndex(of: UInt8(ascii: "=")), equals > pair.startIndex else { return false }
+            return pair[..<equals].allSatisfy { byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+                    || byte == UInt8(ascii: "%") || byte == UInt8(ascii: "+")
+            }
+        }
+        guard isForm else { return Memo(subject: nil, body: try text(bytes)) }
         var body: String?
         var subject: String?
-        for pair in bytes.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+        for pair in pairs {
             guard let equals = pair.firstIndex(of: UInt8(ascii: "=")) else { continue }
             let name = percentDecoded(pair[pair.startIndex..<equals])
             guard name == Array("body".utf8) || name == Array("subject".utf8) else { continue }
