@@ -15,24 +15,25 @@ func write(_ text: String, to fd: Int32) {
     }
 }
 
-/// Everything on standard input, up to its end (nil if it cannot be read).
-func readStandardInput() -> [UInt8]? {
+/// Standard input up to its end, or up to one byte past `limit` (a runaway pipe, `yes | jotter send`, is
+/// not read into memory until the machine runs out of it); nil if it cannot be read.
+func readStandardInput(limit: Int) -> [UInt8]? {
     var bytes: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
+    while bytes.count <= limit {
         let count = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
         if count < 0 && errno == EINTR { continue }
         guard count >= 0 else { return nil }
         if count == 0 { return bytes }
         bytes += buffer[..<count]
     }
+    return bytes
 }
 
 /// After the start lines: flushes them (scripts wait for them), then runs until SIGINT or SIGTERM,
 /// when `stop` drains and stops everything and the process exits 0.
 func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
     fflush(nil)  // all streams: scripts wait for this line
-    signal(SIGPIPE, SIG_IGN)  // a peer that hangs up is an error to handle, not a reason to exit
     var sources: [any DispatchSourceSignal] = []
     for signalNumber in [SIGINT, SIGTERM] {
         signal(signalNumber, SIG_IGN)
@@ -52,6 +53,10 @@ func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
 // store answers that it could not store, where SIGXFSZ's default would end the process, accepted memos
 // and all. Child processes start with every signal at its default again (ChildProcess).
 signal(SIGXFSZ, SIG_IGN)
+// A reader that hangs up (`jotter send x | true`, a closed client socket) is an error to handle, not a
+// reason to exit: killed by SIGPIPE after the server stored the memo, `jotter send` exited 141, and a
+// script retrying on failure sent the memo again under a new key.
+signal(SIGPIPE, SIG_IGN)
 
 let environment = ProcessEnvironment.current
 let command: CommandLineOptions.Command
@@ -69,7 +74,7 @@ case .help(let text):
     print(text)
 case .send(let options):
     let result = SendCommand.run(options, readInput: {
-        isatty(0) == 1 ? nil : readStandardInput()
+        isatty(0) == 1 ? nil : readStandardInput(limit: SendCommand.maxInputBytes)
     })
     write(result.output, to: 1)
     write(result.error, to: 2)

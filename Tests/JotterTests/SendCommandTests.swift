@@ -94,6 +94,76 @@ import Testing
         #expect(try server.outbox.history.acceptedCount() == 0)
     }
 
+    /// Exit 0 means a Jotter has the memo: another server's `200` (a captive portal, a mail API, a
+    /// redirect) is a wrong `--url`, said at once; a URL no retry can reach ends at once too; and a
+    /// password in `--url` is never echoed.
+    @Test func onlyAJotterStoringTheMemoIsSuccess() throws {
+        let directory = TemporaryDirectory()
+        let other = try ScriptedRelay(directory: directory.file("other"))  // answers POST /emails with 200 {"id"}
+        defer { other.stop() }
+        // The fragment is not sent: the request is POST /emails, which it answers 200 with JSON.
+        let answered = try Self.jotter(["send", "--url", "http://127.0.0.1:\(other.port)/emails#", "hello"], timeout: 30)
+        #expect(answered.status == 64, "\(answered.status) \(answered.output) \(answered.error)")
+        #expect(answered.error.contains("answered 200 without a memo id"), "\(answered.error)")
+        #expect(answered.output.isEmpty)
+
+        let started = Date()
+        for url in ["ftp://127.0.0.1/", "htp://127.0.0.1:7373", "not a url", "http://", "http://:7373"] {
+            let refused = try Self.jotter(["send", "--url", url, "hello"], timeout: 30)
+            #expect(refused.status == 64, "\(url): \(refused.error)")
+            #expect(refused.error.contains("is not a server's address"), "\(url): \(refused.error)")
+        }
+        #expect(Date().timeIntervalSince(started) < 25, "not retried for a minute each")
+
+        let port = try BrowserTests.freePort()
+        let secret = "s3cr3t-proxy-pw"
+        let unreachable = try Self.jotter(["send", "--url", "http://bob:\(secret)@127.0.0.1:\(port)", "--retry-for", "1", "x"])
+        #expect(unreachable.status == 69)
+        #expect(unreachable.error.contains("http://127.0.0.1:\(port)") && !unreachable.error.contains(secret),
+                "\(unreachable.error)")
+        let history = try Self.jotter(["history", "--url", "http://bob:\(secret)@127.0.0.1:\(port)"])
+        #expect(history.status == 69 && !history.error.contains(secret), "\(history.error)")
+    }
+
+    /// A reader that hangs up before the answer is printed (`jotter send x | true`) does not turn a stored
+    /// memo into a failure (SIGPIPE's exit 141: a script retrying on failure sent it twice); and a runaway
+    /// pipe (`yes | jotter send`) is refused at 64 MiB without being read into memory.
+    @Test func aClosedOutputIsNoFailureAndAnEndlessInputIsNotKept() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let script = """
+            import os, resource, subprocess, sys, threading
+            jotter, url = sys.argv[1], sys.argv[2]
+            read, write = os.pipe()
+            os.close(read)  # nobody reads the output
+            status = subprocess.run([jotter, 'send', '--url', url, 'a memo for a closed pipe'], stdout=write,
+                                    stderr=subprocess.DEVNULL, timeout=60).returncode
+            os.close(write)
+            process = subprocess.Popen([jotter, 'send', '--url', url], stdin=subprocess.PIPE,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            def feed():
+                chunk = b'y\\n' * 32768
+                try:
+                    while True:
+                        process.stdin.write(chunk)
+                except (BrokenPipeError, ValueError, OSError):
+                    pass
+            threading.Thread(target=feed, daemon=True).start()
+            error = process.stderr.read().decode()
+            endless = process.wait(timeout=120)
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+            print(status, endless, peak, error.strip().replace('\\n', ' '))
+            """
+        let fields = try Python.run(script, arguments: [LiveServerTests.JotterBinary.path, "http://127.0.0.1:\(server.port)"])
+            .split(separator: " ", maxSplits: 3).map(String.init)
+        try #require(fields.count == 4, "\(fields)")
+        #expect(fields[0] == "0", "stored, and said so to a closed pipe: exit \(fields[0])")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+        #expect(fields[1] == "65" && fields[3].contains("over 64 MiB"), "\(fields)")
+        #expect((Int(fields[2]) ?? .max) < 400, "peak memory \(fields[2]) MiB for an endless input")
+    }
+
     /// A LAN server answers over HTTPS with a certificate of its own CA: `--ca` trusts it; without it
     /// the command says what to do at once instead of waiting a minute for "no answer".
     @Test func aLANServerIsReachedWithItsOwnCA() throws {

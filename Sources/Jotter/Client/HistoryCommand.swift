@@ -3,6 +3,7 @@ public enum HistoryCommand {
     /// Fetches and formats; the status is 0, or `SendCommand.Status`'s meaning for what went wrong.
     public static func run(url: String, token: String?, limit: Int, caFile: String? = nil) -> SendCommand.Result {
         if let refusal = SendCommand.unreadableCA(caFile, command: "jotter history") { return refusal }
+        if let refusal = SendCommand.unusableURL(url, command: "jotter history") { return refusal }
         let client = ServerClient(baseURL: SendCommand.trimmed(url), token: token, timeoutSeconds: 10, caFile: caFile)
         let response: ServerClient.Response
         do {
@@ -13,7 +14,7 @@ public enum HistoryCommand {
                                           error: SendCommand.certificateAdvice("jotter history", url, outcome: ""))
             }
             return SendCommand.Result(status: .unreachable, output: "",
-                                      error: "jotter history: no answer from \(SendCommand.trimmed(url))\n")
+                                      error: "jotter history: no answer from \(SendCommand.shown(url))\n")
         }
         guard response.status == 200, case .array(let entries)? = try? JSONValue.parse(response.body) else {
             let lockedOut = response.status == 429 && response.errorCode == "too_many_attempts"

@@ -88,6 +88,7 @@ public enum SendCommand {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
         if let refusal = Self.unreadableCA(options.caFile, command: "jotter send") { return refusal }
+        if let refusal = Self.unusableURL(options.url, command: "jotter send") { return refusal }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
         let deadline = now() + Double(options.retryFor)
         var wait = 0.5
@@ -103,10 +104,17 @@ public enum SendCommand {
                     "Content-Type: \(form.contentType)", "Accept: application/json", "Idempotency-Key: \(key)",
                 ], body: form.body)
                 switch response.status {
-                case 204, 200, 201, 202:
+                case 204 where response.header("X-Message-Id").map(HistoryRoute.isMessageID) == true:
                     let id = response.header("X-Message-Id") ?? ""
                     if options.json { return Result(status: .sent, output: "{\"id\":\"\(id)\"}\n", error: "") }
                     return Result(status: .sent, output: options.quiet ? "" : "Sent (\(id)).\n", error: "")
+                case 200..<400:
+                    // Not a Jotter's answer (a Jotter stores a memo with 204 and its id): another server, a
+                    // captive portal, a redirect. Exit 0 would tell the script a memo is safe that is not.
+                    return Result(status: .usage, output: "",
+                                  error: "jotter send: \(shown(options.url)) answered \(response.status) without a memo id: "
+                                    + "not a Jotter (--url is the server's base, like http://127.0.0.1:7373); "
+                                    + "no Jotter stored the memo\n")
                 case 400, 409, 413, 415, 422:
                     return Result(status: .refused, output: "",
                                   error: "jotter send: refused (\(response.status) \(response.errorCode ?? "")): "
@@ -120,7 +128,7 @@ public enum SendCommand {
                 case 404, 405:
                     // Not a Jotter at this URL (often its path: --url is the server's base, not …/send).
                     return Result(status: .usage, output: "",
-                                  error: "jotter send: no Jotter at \(trimmed(options.url)) (\(response.status)); "
+                                  error: "jotter send: no Jotter at \(shown(options.url)) (\(response.status)); "
                                     + "--url is the server's base, like http://127.0.0.1:7373\n")
                 case 400..<500 where response.status != 408 && response.status != 425 && response.status != 429:
                     return Result(status: .refused, output: "",
@@ -137,7 +145,7 @@ public enum SendCommand {
                     return Result(status: .notAllowed, output: "", error: Self.certificateAdvice("jotter send", options.url))
                 }
                 lastStatus = .unreachable
-                last = "no answer from \(trimmed(options.url))"
+                last = "no answer from \(shown(options.url))"
                 if let failure = error as? ServerClient.Unreachable, failure.requestSent { mayHaveArrived = true }
             }
             let remaining = deadline - now()
@@ -181,12 +189,35 @@ public enum SendCommand {
 
     /// What to do when the server's certificate is not trusted: a LAN server signs its own.
     static func certificateAdvice(_ command: String, _ url: String, outcome: String = "; nothing was sent") -> String {
-        "\(command): the server at \(trimmed(url)) answered with a certificate this machine does not trust; "
+        "\(command): the server at \(shown(url)) answered with a certificate this machine does not trust; "
             + "for a Jotter in LAN mode pass --ca DATA_DIR/tls/ca.pem (its own CA)\(outcome)\n"
     }
 
     static func trimmed(_ url: String) -> String {
         url.hasSuffix("/") ? String(url.dropLast()) : url
+    }
+
+    /// `url` as messages show it: without a password or token in its user part (`http://u:pw@host`).
+    static func shown(_ url: String) -> String {
+        let url = trimmed(url)
+        guard let scheme = url.firstRange(of: "://") else { return url }
+        let rest = url[scheme.upperBound...]
+        let authority = rest.prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" })
+        guard let at = authority.lastIndex(of: "@") else { return url }
+        return String(url[..<scheme.upperBound]) + String(rest[rest.index(after: at)...])
+    }
+
+    /// A usage error for a URL no retry can reach: not `http://` or `https://`, or without a host.
+    static func unusableURL(_ url: String, command: String) -> Result? {
+        let lowered = url.lowercased()
+        let rest = lowered.hasPrefix("http://") ? url.dropFirst(7) : lowered.hasPrefix("https://") ? url.dropFirst(8) : nil
+        if let rest, let host = rest.split(separator: "@").last?.prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" }),
+           !host.isEmpty, !host.hasPrefix(":"), !url.contains(where: { $0 == " " || $0.isNewline }) {
+            return nil
+        }
+        return Result(status: .usage, output: "",
+                      error: "\(command): \(shown(url)) is not a server's address: give http://HOST:PORT or https://HOST:PORT "
+                        + "(--url or JOTTER_URL); nothing was sent\n")
     }
 
     public static func monotonicSeconds() -> Double {
