@@ -22,6 +22,41 @@ import Testing
         for secret in ["s3cret-pass", "SECRETKEY123"] { #expect(!relay.destination.contains(secret)) }
     }
 
+    /// A typo in an option (`too=` for `to=`) silently ignored sent the memos to the fallback address;
+    /// a timeout that is no number of seconds was ignored, or 0. Each is refused at start, by its name.
+    @Test(arguments: [
+        ("smtps://u:PW@smtp.example.com:465?from=a@example.com&too=x@example.org", "has no option too="),
+        ("smtp://127.0.0.1:2525?tls=none&from=a@example.com&to=b@example.com&timout=5", "has no option timout="),
+        ("smtp://127.0.0.1:2525?tls=off&from=a@example.com&to=b@example.com", "tls= takes only none"),
+        ("smtps://u:PW@smtp.example.com?from=a@example.com&timeout=abc", "timeout= must be"),
+        ("smtps://u:PW@smtp.example.com?from=a@example.com&timeout=0", "timeout= must be"),
+        ("resend://re_KEY?to=a@example.com&timeout=-5", "timeout= must be"),
+        ("resend://re_KEY?to=a@example.com&form=b@example.com", "has no option form="),
+        ("jotter+https://relay.example.com?invte=abc", "has no option invte="),
+        ("sendmail:?to=a@example.com&fro=b@example.com", "has no option fro="),
+        ("markdown:/vault?files=%Y.md", "has no option files="),
+        ("maildir:/home/ana/Mail?sync=1", "takes no options"),
+    ])
+    func anOptionThatIsNotOneIsRefusedByName(url: String, message: String) throws {
+        let error = try #require(throws: RelayURL.Failure.self) { try RelayURL(url) }
+        #expect("\(error)".contains(message), "\(error)")
+        #expect(!"\(error)".contains("PW") && !"\(error)".contains("re_KEY"), "never a secret: \(error)")
+    }
+
+    /// `maildir:~/Maildir` is the home folder's (not a folder named `~` in the working directory), and a
+    /// relative folder is made absolute at start (a service runs elsewhere), as the start line shows it.
+    @Test func aFolderIsAbsoluteAndTildeIsHome() throws {
+        let home = try #require(ProcessInfo.processInfo.environment["HOME"])
+        let tilde = try RelayURL("maildir:~/Maildir")
+        #expect(tilde.destination == "maildir:" + (home.hasSuffix("/") ? String(home.dropLast()) : home) + "/Maildir")
+        #expect(try RelayURL.absolutePath("~", environment: ["HOME": "/home/ana"]) == "/home/ana")
+        #expect(throws: RelayURL.Failure.self) { try RelayURL.absolutePath("~bob/Mail", environment: ["HOME": "/home/ana"]) }
+        let relative = try RelayURL("markdown:notes/Inbox")
+        let cwd = FileManager.default.currentDirectoryPath
+        #expect(relative.destination == "markdown:" + cwd + "/notes/Inbox")
+        #expect(try RelayURL("maildir:./Mail").destination == "maildir:" + cwd + "/Mail")
+    }
+
     @Test func sendmailWithoutToMailsTheLocalUser() throws {
         let relay = try RelayURL("sendmail:")
         let user = RelayURL.localUser()

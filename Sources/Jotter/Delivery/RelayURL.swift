@@ -58,10 +58,14 @@ public struct RelayURL: Sendable {
         case "maildir", "markdown":
             let pieces = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
             let raw = pieces[0].hasPrefix("//") ? pieces[0].dropFirst(2) : pieces[0]
-            let path = URLParts.percentDecoded(raw) ?? String(raw)
-            guard !path.isEmpty else { throw Failure.missingPath(scheme: scheme) }
+            let given = URLParts.percentDecoded(raw) ?? String(raw)
+            guard !given.isEmpty else { throw Failure.missingPath(scheme: scheme) }
+            let path = try Self.absolutePath(given)
             // Parsing creates nothing: the transport creates its folders in `prepare()` or on first delivery.
             if scheme == "maildir" {
+                if pieces.count > 1 && !pieces[1].isEmpty {
+                    throw Failure.invalid("maildir: takes no options (a ? in the folder's name is written %3F)")
+                }
                 transport = MaildirTransport(path: path)
             } else {
                 // markdown:/vault/Inbox?file=%Y/%m/%Y-%m-%d.md&heading=%H:%M — strftime patterns, taken
@@ -71,6 +75,7 @@ public struct RelayURL: Sendable {
                     let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                     layout[String(pair[0])] = pair.count > 1 ? String(pair[1]) : ""
                 }
+                try Self.expectOptions(Array(layout.keys), known: ["file", "heading"], scheme: scheme)
                 do {
                     transport = try MarkdownTransport(folder: path, file: layout["file"] ?? "%Y-%m-%d.md",
                                                       heading: layout["heading"] ?? "%H:%M")
@@ -89,18 +94,20 @@ public struct RelayURL: Sendable {
             let path = given.isEmpty ? "/usr/sbin/sendmail" : (URLParts.percentDecoded(given[...]) ?? given)
             let query = pieces.count > 1 ? URLParts("sendmail://local/?" + pieces[1]) : URLParts("sendmail://local/")
             guard let query else { throw Failure.invalid("the sendmail: options do not parse") }
-            let timeout = query.queryValue("timeout").map { Int($0) }
-            if let timeout, !(1...3600).contains(timeout ?? 0) {
-                throw Failure.invalid("timeout= must be a number of seconds from 1 to 3600")
-            }
+            try Self.expectOptions(query, known: ["to", "from", "timeout"], scheme: scheme)
+            let timeout = try Self.timeout(query, default: 60)
             let to = try query.queryValue("to").map(Self.address) ?? MailAddress(address: Self.localUser() + "@localhost")
             from = try query.queryValue("from").map(Self.address)
-            transport = SendmailTransport(path: path, timeoutSeconds: (timeout ?? 60) ?? 60, envelopeSender: from?.address)
+            transport = SendmailTransport(path: path, timeoutSeconds: timeout, envelopeSender: from?.address)
             self.to = to
             destination = "sendmail:\(path) → \(to.address)"
         case "smtp", "smtps":
             let url = try Self.parts(relay)
             guard !url.host.isEmpty else { throw Failure.missingHost }
+            try Self.expectOptions(url, known: ["to", "from", "tls", "ca", "timeout"], scheme: scheme)
+            if let tls = url.queryValue("tls"), tls != "none" {
+                throw Failure.invalid("tls= takes only none (for a loopback host); TLS is otherwise always required")
+            }
             let tlsNone = url.queryValue("tls") == "none"
             if tlsNone && !Loopback.contains(host: url.host) {
                 throw Failure.invalid("tls=none is only allowed for a loopback host")
@@ -119,11 +126,12 @@ public struct RelayURL: Sendable {
             transport = SMTPTransport(settings: .init(
                 host: url.host, port: url.portOrDefault ?? 587, implicitTLS: scheme == "smtps",
                 requireTLS: !tlsNone, username: url.user, password: url.password, caFile: try Self.caFile(url),
-                timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 60))
+                timeoutSeconds: try Self.timeout(url, default: 60)))
         case "resend":
             let url = try Self.parts(relay)
             let key = url.host
             guard !key.isEmpty else { throw Failure.missingCredential }
+            try Self.expectOptions(url, known: ["to", "from", "base", "ca", "timeout"], scheme: scheme)
             guard let toText = url.queryValue("to") else {
                 throw Failure.invalid("resend:// needs ?to=you@example.com")
             }
@@ -141,11 +149,12 @@ public struct RelayURL: Sendable {
             destination = "resend:// (\(baseURL.host)) → \(to.address)"
             transport = ResendTransport(settings: .init(
                 apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
-                caFile: try Self.caFile(url), timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30))
+                caFile: try Self.caFile(url), timeoutSeconds: try Self.timeout(url, default: 30)))
         case "jotter+https", "jotter+http":
             // jotter+https://HOST[:PORT][?invite=CODE&ca=PATH&timeout=SECONDS]
             let url = try Self.parts(relay)
             guard !url.host.isEmpty else { throw Failure.missingHost }
+            try Self.expectOptions(url, known: ["invite", "ca", "timeout"], scheme: scheme)
             let secure = scheme == "jotter+https"
             if !secure && !Loopback.contains(host: url.host) {
                 throw Failure.invalid("jotter+http:// is only allowed for a loopback host; use jotter+https://")
@@ -156,7 +165,7 @@ public struct RelayURL: Sendable {
             let base = (secure ? "https" : "http") + "://" + host + (url.port.map { ":\($0)" } ?? "")
             let account = JotterRelayAccount(
                 client: JotterRelayClient(baseURL: base, host: url.host, port: port, caFile: secure ? try Self.caFile(url) : nil,
-                                          timeoutSeconds: Int(url.queryValue("timeout") ?? "") ?? 30),
+                                          timeoutSeconds: try Self.timeout(url, default: 30)),
                 invite: url.queryValue("invite"))
             jotterRelay = account
             transport = JotterRelayTransport(account: account)
@@ -184,6 +193,48 @@ public struct RelayURL: Sendable {
             throw Failure.invalid("the CA bundle given by \(source) (\(path)) is not a readable file")
         }
         return path
+    }
+
+    /// Refuses an option this scheme does not have: a typo (`too=` for `to=`) silently ignored sent the
+    /// mail to the fallback address. Names only are shown, never values.
+    private static func expectOptions(_ url: URLParts, known: Set<String>, scheme: String) throws {
+        try expectOptions(url.query.map(\.name), known: known, scheme: scheme)
+    }
+
+    private static func expectOptions(_ names: [String], known: Set<String>, scheme: String) throws {
+        guard let unknown = names.first(where: { !known.contains($0) }) else { return }
+        let shown = unknown.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x7A).contains($0 | 0x20) || $0 == 0x5F || $0 == 0x2D }
+            ? String(unknown.prefix(30)) : "?"
+        throw Failure.invalid("\(scheme): has no option \(shown)= (it takes \(known.sorted().map { $0 + "=" }.joined(separator: ", ")))")
+    }
+
+    /// `?timeout=` in seconds, 1 to 3600; `fallback` when absent.
+    private static func timeout(_ url: URLParts, default fallback: Int) throws -> Int {
+        guard let text = url.queryValue("timeout") else { return fallback }
+        guard let seconds = Int(text), (1...3600).contains(seconds) else {
+            throw Failure.invalid("timeout= must be a number of seconds from 1 to 3600")
+        }
+        return seconds
+    }
+
+    /// A Maildir's or vault's folder as an absolute path: `~` and `~/…` are the home folder (a shell
+    /// would have expanded them; in a URL it did not, and a folder named `~` appeared in the working
+    /// directory), and a relative path is the working directory's (a service starts elsewhere).
+    static func absolutePath(_ path: String, environment: [String: String] = ProcessEnvironment.current) throws -> String {
+        if path == "~" || path.hasPrefix("~/") {
+            guard let home = environment["HOME"], home.hasPrefix("/") else {
+                throw Failure.invalid("~ needs HOME to be set; give the folder's full path")
+            }
+            return (home.hasSuffix("/") ? String(home.dropLast()) : home) + path.dropFirst()
+        }
+        if path.hasPrefix("~") { throw Failure.invalid("~user is not expanded; give the folder's full path") }
+        guard !path.hasPrefix("/") else { return path }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else {
+            throw Failure.invalid("a relative folder needs a working directory; give the folder's full path")
+        }
+        let directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return directory + (directory.hasSuffix("/") ? "" : "/") + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
     }
 
     private static func parts(_ relay: String) throws -> URLParts {
