@@ -495,6 +495,35 @@ enum Drip {
 @Suite struct DevicesCommandTests {
     /// After an interrupted `jotter rekey`, `jotter devices` says what `serve` says: run rekey again (not
     /// "restore the key", which would be wrong advice).
+    /// Killed while writing `key.new` (created, its 32 bytes not yet there): nothing was sealed under it,
+    /// so the next `rekey` makes it again and finishes, and the server starts on the new key. Before,
+    /// `rekey` said "restore the key" and `serve` said "run rekey again".
+    @Test func aRekeyCutOffWhileWritingItsKeyStartsOver() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        var ids: [String] = []
+        do {
+            let server = try TestServer(dataDirectory: data, transport: ControlledTransport(.fail(DeliveryFailure(.serverError, permanent: true))))
+            for index in 0..<3 {
+                let response = try server.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                                body: Array("memo \(index)".utf8))
+                ids.append(try #require(response.header("X-Message-Id")))
+            }
+            server.stop()
+        }
+        for cut in [0, 17] {
+            #expect(FileManager.default.createFile(atPath: data + "/key.new", contents: Data(repeating: 7, count: cut),
+                                                   attributes: [.posixPermissions: 0o600]))
+            #expect(throws: Application.StartFailure.self) { _ = try TestServer(dataDirectory: data) }
+            let report = try Rekey.run(dataDirectory: data)
+            #expect(!report.resumed && report.resealed == 3, "\(cut) bytes: made again, every row re-sealed")
+            #expect(!FileManager.default.fileExists(atPath: data + "/key.new"))
+        }
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        for id in ids { #expect(try server.outbox.history.record(id: id) != nil) }
+    }
+
     @Test func anInterruptedRekeyIsNamed() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")

@@ -71,6 +71,14 @@ public enum Rekey {
             throw Failure.noDatabase(path: directory.databasePath)
         }
         let newKeyPath = directory.keyPath + ".new"
+        // A `key.new` shorter than a key is one whose writing was cut off (a kill, a power loss before its
+        // fsync): no row can be sealed under it, for sealing begins only after that fsync. It is made
+        // again; kept, it stopped both `rekey` ("restore the key") and `serve` ("run rekey again").
+        var info = stat()
+        if lstat(newKeyPath, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size < SymmetricKey.byteCount {
+            guard unlink(newKeyPath) == 0 else { throw Failure.io(errno: errno) }
+            try? FileIO.syncDirectory(path)
+        }
         let resumed = access(newKeyPath, F_OK) == 0
         let oldKey = try KeyStore.load(path: directory.keyPath, protecting: directory.databasePath)
         let newKey = try KeyStore.load(path: newKeyPath)
