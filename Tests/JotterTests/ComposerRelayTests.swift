@@ -490,6 +490,48 @@ struct ComposerRelayTests {
     /// Two deliveries running when the relay forgets this composer both meet `401` with the same
     /// secret. The first to get there registers again; the other must not throw that new secret away
     /// (which would register a third time and leave the second device orphaned on the relay).
+    /// The relay took a memo (its 202 lost on the way back), then the page's Settings moved memos to
+    /// another address: the retry's `Idempotency-Key` is the memo's, its `to` another, so the relay
+    /// answers 409 and names the message it took. The composer follows that message — the memo went to
+    /// the address verified when it was sent — instead of failing a delivered memo (and, once the relay
+    /// forgot the key a day later, posting it again to the new address).
+    @Test func aMemoTakenBeforeTheAddressChangedIsFollowedNotFailed() throws {
+        let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
+        let store = try RelayTestStore(.sqlite)
+        defer { store.release() }
+        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
+        defer { relay.stop() }
+        let outbox = try Outbox(path: composerDirectory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
+        defer { outbox.close() }
+        let account = JotterRelayAccount(
+            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(relay.port)", host: "127.0.0.1", port: relay.port,
+                                      caFile: nil, timeoutSeconds: 10),
+            invite: nil)
+        account.attach(outbox.settings)
+        func verify(_ address: String) throws {
+            let known = try relay.mailFiles(to: address)
+            #expect(try account.requestCode(address: address, language: "en").status == 202)
+            let code = try relay.newCode(to: address, known: known)
+            #expect(try account.confirm(code: code)?.status == 200)
+        }
+        try verify("ana@example.com")
+        let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000a1b2", date: 1_764_581_405_000,
+                               from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
+                               subject: "taken before the move", body: "taken before the move")
+        // The first POST, whose answer was lost: the relay has it for ana.
+        var first = JSONWriter()
+        first.object { $0.field("to", "ana@example.com"); $0.field("subject", memo.subject); $0.field("body", memo.body) }
+        #expect(try account.call("/v1/messages", json: first.bytes, idempotencyKey: memo.id).status == 202)
+        try verify("bob@example.com")
+
+        let transport = JotterRelayTransport(account: account)
+        _ = try transport.send(memo)  // before: DeliveryFailure(.conflict, permanent: true), the memo failed
+        #expect(try relay.finishDeliveries(timeout: 60))
+        let toAna = try relay.mails(to: "ana@example.com").filter { ($0.message["body"] as? String ?? "").contains("taken before the move") }
+        let toBob = try relay.mails(to: "bob@example.com").filter { ($0.message["body"] as? String ?? "").contains("taken before the move") }
+        #expect(toAna.count == 1 && toBob.isEmpty, "once, to the address it was sent to: \(toAna.count) / \(toBob.count)")
+    }
+
     @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
         let store = try RelayTestStore(.sqlite)

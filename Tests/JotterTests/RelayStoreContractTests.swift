@@ -173,9 +173,11 @@ import Testing
                                       now: Self.t0, maximumAttempts: 5) == .verified)
         #expect(try admit(key, at: Self.t0 + 1) == .admitted(reservedAt: Self.t0 + 1, limits: []))
         #expect(try admit(key, at: Self.t0 + 2) == .inFlight(retryAfterSeconds: 30), "held by the request storing it, 30 s more")
-        #expect(try admit(IdempotencyHashes(keyHash: Self.bytes("k1"), payloadHash: Self.bytes("p2")), at: Self.t0 + 2) == .conflict)
+        #expect(try admit(IdempotencyHashes(keyHash: Self.bytes("k1"), payloadHash: Self.bytes("p2")), at: Self.t0 + 2) == .conflict(messageID: nil))
         try store.completeMessage(deviceID: "d1", keyHash: Self.bytes("k1"), messageID: "m1", now: Self.t0 + 3)
         #expect(try admit(key, at: Self.t0 + 4) == .replayed(messageID: "m1"))
+        #expect(try admit(IdempotencyHashes(keyHash: Self.bytes("k1"), payloadHash: Self.bytes("p2")), at: Self.t0 + 4)
+                == .conflict(messageID: "m1"), "the message the key was used for")
         #expect(try store.messageOwner(id: "m1") == "d1")
         #expect(try store.messageOwner(id: "m2") == nil)
         // A reservation whose holder died is taken over after its lease, with the same reservation time.

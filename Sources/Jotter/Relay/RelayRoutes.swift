@@ -291,9 +291,19 @@ struct RelayRoutes: Sendable {
                 var response = Self.accepted(id)
                 response.headers.add(name: "Idempotent-Replayed", value: "true")
                 return response
-            case .conflict:
-                return .error(409, code: "idempotency_conflict",
-                              message: "This Idempotency-Key was already used for a different message.")
+            case .conflict(let id):
+                // The message the key was used for (this device's own): a composer whose first 202 was lost
+                // and whose address changed since follows that message instead of failing a memo the relay has.
+                var json = JSONWriter()
+                json.object { json in
+                    json.key("error")
+                    json.object { json in
+                        json.field("code", "idempotency_conflict")
+                        json.field("message", "This Idempotency-Key was already used for a different message.")
+                        if let id { json.field("message_id", id) }
+                    }
+                }
+                return .json(409, json.bytes)
             case .inFlight(let seconds):
                 var response = HTTPResponse.error(
                     409, code: "idempotency_in_flight",

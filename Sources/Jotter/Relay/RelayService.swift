@@ -41,8 +41,8 @@ public final class RelayService: Sendable {
         case accepted(id: String, limits: [LimitState])
         /// The same `Idempotency-Key` and payload were accepted before, as `id`.
         case replayed(id: String)
-        /// The key was used with another payload.
-        case conflict
+        /// The key was used with another payload, for message `id` when it is stored.
+        case conflict(id: String?)
         /// The key is held by a request still in progress, for `retryAfterSeconds` more at most.
         case inFlight(retryAfterSeconds: Int64)
         /// `to` is not verified for this device.
@@ -241,7 +241,7 @@ public final class RelayService: Sendable {
         do {
             switch try store.admitMessage(admission) {
             case .replayed(let id): return completion(.success(.replayed(id: id)))
-            case .conflict: return completion(.success(.conflict))
+            case .conflict(let id): return completion(.success(.conflict(id: id)))
             case .inFlight(let seconds): return completion(.success(.inFlight(retryAfterSeconds: seconds)))
             case .unverified: return completion(.success(.unverified))
             case .limited(let states):

@@ -256,8 +256,9 @@ public enum AdmissionOutcome: Sendable, Equatable {
     case admitted(reservedAt: Int64?, limits: [LimitState])
     /// The same key and payload were answered before: this is the answer.
     case replayed(messageID: String)
-    /// The key was used with another payload.
-    case conflict
+    /// The key was used with another payload (by the same device: keys are per device), for the
+    /// message `messageID` when that one is stored.
+    case conflict(messageID: String?)
     /// The key is held by a request still storing its message, for `retryAfterSeconds` more at most.
     case inFlight(retryAfterSeconds: Int64)
     /// `to` is not verified for this device.
@@ -290,7 +291,7 @@ struct IdempotencyRecord {
 
     func decide(payloadHash presented: [UInt8], now: Int64) -> Decision {
         guard expiresAt > now else { return .expired }
-        guard HMAC.constantTimeEquals(payloadHash, presented) else { return .answer(.conflict) }
+        guard HMAC.constantTimeEquals(payloadHash, presented) else { return .answer(.conflict(messageID: messageID)) }
         if let messageID { return .answer(.replayed(messageID: messageID)) }
         if let leaseUntil, leaseUntil > now { return .answer(.inFlight(retryAfterSeconds: (leaseUntil - now + 999) / 1000)) }
         return .takeOver(reservedAt: createdAt)

@@ -55,6 +55,16 @@ struct JotterRelayTransport: Transport {
             throw DeliveryFailure(.unverified, permanent: true)
         case (409, "idempotency_in_flight"):
             throw DeliveryFailure(.conflict, permanent: false, retryAfterMilliseconds: answer.retryAfterMilliseconds)
+        case (409, "idempotency_conflict"):
+            // The relay took this memo before (its 202 was lost) for the address verified then, and the
+            // address has changed since: the key is the memo's own, so that message *is* this memo.
+            // Followed, not failed (and not posted again for the new address once the key expired).
+            guard let id = answer.json?["error"]?["message_id"]?.string?.lowercased(), JotterRelayAccount.isMessageID(id) else {
+                throw DeliveryFailure(.conflict, permanent: true)
+            }
+            try account.recordHandover(of: message.id, messageID: id)
+            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id),
+                              waiting: true)
         case (409, _):
             throw DeliveryFailure(.conflict, permanent: true)
         case (403, _):
