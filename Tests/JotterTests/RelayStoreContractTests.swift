@@ -90,12 +90,16 @@ import Testing
         }
         #expect(try confirm("111111", Self.t0 + 70_000) == .wrong(attemptsLeft: 2), "the replaced code is no longer good")
         #expect(try confirm("333333", Self.t0 + 70_000) == .verified)
-        #expect(try confirm("333333", Self.t0 + 71_000) == .spent, "a code works once")
+        #expect(try confirm("333333", Self.t0 + 71_000) == .verified,
+                "the right code again (the answer to the first was lost): verified, as then, and nothing more")
+        #expect(try confirm("999999", Self.t0 + 71_000) == .spent, "any other code: spent")
         #expect(try store.confirmCode(deviceID: "d2", addressKey: Self.bytes("ana"), presentedHash: Self.bytes("333333"),
                                       now: Self.t0 + 71_000, maximumAttempts: 3) == .noCode, "another device's code")
         let destinations = try store.destinations(deviceID: "d1")
         #expect(destinations.map(\.sealedAddress) == [Self.bytes("sealed-ana")])
         #expect(destinations.first?.verifiedAt == Self.t0 + 70_000)
+        #expect(try store.removeDestination(deviceID: "d1", addressKey: Self.bytes("ana")) == true)
+        #expect(try confirm("333333", Self.t0 + 72_000) == .noCode, "an address removed takes its code along")
 
         // Burnt by wrong tries; expired.
         #expect(try store.issueCode(CodeIssue(deviceID: "d1", addressKey: Self.bytes("bob"), mailboxKey: Self.bytes("bob"), sealedAddress: Self.bytes("b"),

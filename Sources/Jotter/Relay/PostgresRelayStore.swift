@@ -154,7 +154,16 @@ public final class PostgresRelayStore: RelayStore {
                 """, key).first
             guard let code else { return .noCode }
             let attempts = Int(code.int64(2))
-            if !code.isNull(3) || attempts >= maximumAttempts { return .spent }
+            if !code.isNull(3) || attempts >= maximumAttempts {
+                // The right code again, after it verified the address (that answer was lost): verified.
+                if !code.isNull(3) && attempts < maximumAttempts && HMAC.constantTimeEquals(code.bytes(0) ?? [], presentedHash),
+                   try connection.execute("""
+                       SELECT 1 FROM relay_destinations WHERE device_id = $1 AND address_key = $2 AND verified_at IS NOT NULL
+                       """, key).count > 0 {
+                    return .verified
+                }
+                return .spent
+            }
             if code.int64(1) <= now { return .expired }
             if HMAC.constantTimeEquals(code.bytes(0) ?? [], presentedHash) {
                 try connection.execute("UPDATE relay_codes SET spent_at = $3 WHERE device_id = $1 AND address_key = $2",

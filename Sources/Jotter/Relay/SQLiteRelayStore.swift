@@ -98,7 +98,17 @@ public struct SQLiteRelayStore: RelayStore {
                 (hash: row.blob(0) ?? [], expiresAt: row.int64(1), attempts: Int(row.int64(2)), spent: !row.isNull(3))
             }
             guard let code else { return .noCode }
-            if code.spent || code.attempts >= maximumAttempts { return .spent }
+            if code.spent || code.attempts >= maximumAttempts {
+                // The right code again, after it verified the address (that answer was lost on the way):
+                // verified, as then. Not a burnt code (its attempts ran out), nor a wrong one.
+                if code.spent && code.attempts < maximumAttempts && HMAC.constantTimeEquals(code.hash, presentedHash),
+                   try database.statement("""
+                       SELECT 1 FROM relay_destinations WHERE device_id = ? AND address_key = ? AND verified_at IS NOT NULL
+                       """).firstRow(key, { _ in true }) == true {
+                    return .verified
+                }
+                return .spent
+            }
             if code.expiresAt <= now { return .expired }
             if HMAC.constantTimeEquals(code.hash, presentedHash) {
                 try database.run("UPDATE relay_codes SET spent_at = ? WHERE device_id = ? AND address_key = ?",
