@@ -532,6 +532,18 @@ struct ComposerRelayTests {
         #expect(toAna.count == 1 && toBob.isEmpty, "once, to the address it was sent to: \(toAna.count) / \(toBob.count)")
     }
 
+    /// A relay whose registration limit refuses this network (a household behind one address, past
+    /// 10 composers an hour) is not "unreachable": the page hears `429 rate_limited` and when to ask again.
+    @Test func aRelaysLimitIsSaidAsALimitNotAsUnreachable() throws {
+        let pair = try Pair(.sqlite) { $0.limits.registrationsPerIPHour = 1 }
+        defer { pair.stop() }
+        _ = try pair.relay.register()  // another composer on this network took the hour's one registration
+        let asked = try pair.page("POST", "/destination", ["address": ComposerRelayTests.address, "language": "en"])
+        #expect(asked.status == 429, "\(asked.status) \(asked.text)")
+        #expect((asked.json as? [String: Any]).flatMap { $0["error"] as? [String: Any] }?["code"] as? String == "rate_limited")
+        #expect(Int(asked.header("Retry-After") ?? "") ?? 0 > 60, "when the hour's window frees a registration")
+    }
+
     @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
         let store = try RelayTestStore(.sqlite)

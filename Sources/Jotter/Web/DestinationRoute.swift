@@ -6,7 +6,8 @@ import Dispatch
 /// `unverified` go out). Same-origin only (`RequestPolicy`). Without a Jotter relay: `404`.
 ///
 /// The relay's own answers pass through by code (`invalid_address`, `code_cooldown`, `invalid_code`, …,
-/// with `Retry-After`), with fixed text; a relay that cannot be reached is `502 relay_unreachable`.
+/// with `Retry-After`), with fixed text; a relay that cannot be reached is `502 relay_unreachable`, one
+/// whose limits refuse `429 rate_limited` with its `Retry-After`.
 struct DestinationRoute: Sendable {
     let account: JotterRelayAccount?
     /// Called once an address is verified: the worker tries the held memos now.
@@ -89,7 +90,14 @@ struct DestinationRoute: Sendable {
             return try call()
         } catch {
             switch error.kind {
-            case .unreachable, .timeout, .network, .serverError, .rateLimited:
+            case .rateLimited:
+                // The relay answered: too many registrations or requests from this network for now (a
+                // household behind one address shares the relay's per-address limits). Not "unreachable".
+                var response = HTTPResponse.error(429, code: "rate_limited",
+                                                  message: "The Jotter relay asks this composer to wait before it asks again.")
+                response.headers.add(name: "Retry-After", value: String(max(1, (error.retryAfterMilliseconds ?? 60_000) / 1000)))
+                return response
+            case .unreachable, .timeout, .network, .serverError:
                 var response = HTTPResponse.error(502, code: "relay_unreachable",
                                                   message: "The Jotter relay cannot be reached right now; try again soon.")
                 response.headers.add(name: "Retry-After", value: String(max(1, (error.retryAfterMilliseconds ?? 30_000) / 1000)))
