@@ -65,6 +65,9 @@ static inline struct MHD_Daemon *jotter_mhd_start(
         { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)jotter_mhd_silent_logger, NULL },
         { config->tls_key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)config->tls_key_pem },
         { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_cert_pem },
+        /* TLS 1.2 and 1.3 only: GnuTLS's NORMAL also offers 1.0 and 1.1 (with SHA-1 CBC suites), which no
+           phone Jotter serves needs and which no client should be offered. */
+        { MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" },
         { MHD_OPTION_END, 0, NULL },
     };
     return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,

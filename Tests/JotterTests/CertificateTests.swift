@@ -335,6 +335,19 @@ import Testing
         ])
         #expect(chain.output.components(separatedBy: "-----BEGIN CERTIFICATE-----").count - 1 == 2)
         #expect(chain.output.contains("Verify return code: 0 (ok)"))
+        // TLS 1.2 and 1.3 only: 1.0 and 1.1 (and their SHA-1 CBC suites) are refused.
+        for old in ["-tls1", "-tls1_1"] {
+            let refused = try Command.run("/usr/bin/openssl", [
+                "s_client", "-connect", "127.0.0.1:\(server.port)", old, "-cipher", "ALL:@SECLEVEL=0",
+                "-CAfile", server.dataDirectory + "/tls/ca.pem",
+            ])
+            #expect(refused.status != 0 && refused.output.contains("Cipher is (NONE)"),
+                    "\(old) refused: \(refused.output.suffix(400))")
+        }
+        let modern = try Command.run("/usr/bin/openssl", [
+            "s_client", "-connect", "127.0.0.1:\(server.port)", "-tls1_2", "-CAfile", server.dataDirectory + "/tls/ca.pem",
+        ])
+        #expect(modern.output.contains("Verify return code: 0 (ok)"), "TLS 1.2 still served")
 
         let key = try String(contentsOfFile: server.dataDirectory + "/tls/key.pem", encoding: .utf8)
         let body = key.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
