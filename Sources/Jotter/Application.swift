@@ -117,8 +117,11 @@ public final class Application: Sendable {
             var trustAnchor: TrustAnchor?
             if !configuration.insecureHTTP {
                 // The bare host name is not asked for: the CA may vouch only for localhost and .local names.
+                // Names given with --allowed-host are asked for too (a phone opening https://mybox.local must
+                // find that name in the certificate); those the CA may not vouch for are left out, with a warning.
+                let allowedNames = configuration.allowedHosts.filter { !$0.contains(":") && !$0.allSatisfy { $0.isNumber || $0 == "." } }
                 let request = CertificateRequest(directory: dataDirectory.path + "/tls", machineNames: machineNames,
-                                                 names: ["localhost"] + machineNames.filter { $0.hasSuffix(".local") })
+                                                 names: ["localhost"] + machineNames.filter { $0.hasSuffix(".local") } + allowedNames)
                 certificateRequest = request
                 let tls = try Self.loadTLS(request, addresses: addresses, clock: clock, logger: logger)
                 http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)

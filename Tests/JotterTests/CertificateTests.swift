@@ -355,6 +355,25 @@ import Testing
         #expect(server.logs.captured.contains("issued a new HTTPS certificate"))
     }
 
+    /// A name given with `--allowed-host` passes the Host check, so it must be in the certificate too:
+    /// `https://mybox.local` verifies (resolved to 127.0.0.1 here). A name the CA may not vouch for
+    /// (a public one) is left out, with a warning, and the server still starts.
+    @Test func anAllowedHostIsInTheCertificate() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.lanTrustsLoopback = true
+            $0.http.host = "127.0.0.1"
+            $0.allowedHosts = ["mybox.local", "notes.example.com"]
+        }
+        defer { server.stop() }
+        let verified = try curl(server, "/healthz", host: "mybox.local",
+                                arguments: ["--resolve", "mybox.local:\(server.port):127.0.0.1"])
+        #expect(verified.status == 200)
+        #expect(server.logs.captured.contains("may not vouch") && server.logs.captured.contains("notes.example.com"),
+                "a public name is left out, and the log says so")
+    }
+
     /// A phone paired while the old certificate was served keeps working after a restart that renews
     /// it: it trusts the CA, and its device token does not depend on the certificate.
     @Test func aPairedDeviceKeepsWorkingAfterTheCertificateIsRenewed() throws {

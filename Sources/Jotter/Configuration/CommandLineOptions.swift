@@ -108,7 +108,8 @@ public enum CommandLineOptions {
                                link + QR code printed at start ('jotter pair' prints more)
           --insecure-http      with --lan, serve plain HTTP instead (not recommended)
           --allowed-host NAME  also answer to this Host name, e.g. mybox.local (repeatable;
-                               JOTTER_ALLOWED_HOSTS, comma-separated). Loopback always works.
+                               JOTTER_ALLOWED_HOSTS, comma-separated; with --lan also named in
+                               the certificate, when a .local name). Loopback always works.
           --rate-limit N|off   memos per minute per client, in bursts of N (JOTTER_RATE_LIMIT;
                                default 300); beyond it: 429 with Retry-After
           --max-body BYTES     largest memo request accepted (JOTTER_MAX_BODY; default 262144)
