@@ -636,6 +636,16 @@ enum Drip {
         service.stop()
         #expect(throws: Rekey.Failure.credentialKey) { _ = try Rekey.run(dataDirectory: data) }
         #expect(FileManager.default.contents(atPath: data + "/key") == key)
+        // `jotter devices` from that shell, when the data directory keeps no key of its own (as a system
+        // service's does not): it says how to give the credential, not "restore your key"; given it, it works.
+        try FileManager.default.moveItem(atPath: data + "/key", toPath: directory.file("key.aside"))
+        let refused = try #require(throws: CommandLineOptions.UsageError.self) {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .list)
+        }
+        #expect(refused.description.contains("CREDENTIALS_DIRECTORY") && !refused.description.contains("restore"),
+                "\(refused)")
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .list, credentialsDirectory: credentials).isEmpty == false)
+        try FileManager.default.moveItem(atPath: directory.file("key.aside"), toPath: data + "/key")
         // Started again without the credential, the data directory's key is the one: rekey may rotate it.
         let plain = try Application(configuration: configuration, logSink: LogSink.memory())
         try plain.start()

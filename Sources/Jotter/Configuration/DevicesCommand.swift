@@ -49,6 +49,15 @@ public enum DevicesCommand {
         if access(directory + "/key.new", F_OK) == 0 {
             throw Application.StartFailure.interruptedRekey(path: directory + "/key.new")
         }
+        // The server's key is a systemd credential (it left this marker), not in this shell's reach: say
+        // how to give it, rather than "restore your key" (the key is not lost; it is the service's).
+        let credential = credentialsDirectory.map(KeyStore.credentialPath(in:))
+        if credential.map({ access($0, F_OK) != 0 }) ?? true, access(directory + "/key", F_OK) != 0,
+           access(Rekey.credentialMarkerPath(dataDirectory: directory), F_OK) == 0 {
+            throw CommandLineOptions.UsageError(description: "the server reads its key from a systemd credential "
+                + "(jotter.key); run this with CREDENTIALS_DIRECTORY set to the folder that holds it, e.g. "
+                + "sudo CREDENTIALS_DIRECTORY=/etc/jotter jotter … --data-dir \(directory)")
+        }
         // Opening the outbox applies migrations; the registry then shares the database file.
         let key = try KeyStore.load(path: directory + "/key",
                                     credentialPath: credentialsDirectory.map(KeyStore.credentialPath(in:)),
