@@ -210,6 +210,30 @@ import Testing
         #expect(phone.status == 201, "the phone pairs with the same link: \(phone.text)")
     }
 
+    @Test("A browser on the computer that opened its LAN address is the computer everywhere: no pairing, and its memos go")
+    func theComputersOwnLANAddressIsTheComputer() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data")) {
+            $0.lan = true
+            $0.insecureHTTP = true
+            $0.http.host = "127.0.0.1"
+            $0.lanAddresses = ["192.0.2.10"]  // the address printed first, which a browser here may open
+        }
+        defer { server.stop() }
+        let host = [("Host", "192.0.2.10:\(server.port)")]
+        let state = try server.route("GET", "/pairing", headers: host, from: "192.0.2.10")
+        #expect((state.json as? [String: Any])?["state"] as? String == "this_machine")
+        #expect((state.json as? [String: Any])?["can_pair_others"] as? Bool == true)
+        // Before: "this computer needs no pairing" on the page, and 401 not_paired for every memo it sent.
+        let sent = try server.route("POST", "/send", headers: host + [("Content-Type", "text/plain")],
+                                    body: Array("from this computer's browser".utf8), from: "192.0.2.10")
+        #expect(sent.status == 204, "\(sent.status) \(sent.text)")
+        #expect(try server.route("POST", "/pair/link", headers: host, from: "192.0.2.10").status == 201)
+        let phone = try server.route("POST", "/send", headers: host + [("Content-Type", "text/plain")],
+                                     body: Array("from a phone".utf8), from: "192.0.2.11")
+        #expect(phone.status == 401 && phone.errorCode == "not_paired", "another machine still needs its token")
+    }
+
     @Test("GET /pairing tells the page where it stands")
     func pairingState() throws {
         let directory = TemporaryDirectory()

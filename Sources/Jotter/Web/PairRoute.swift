@@ -80,7 +80,7 @@ struct PairRoute: Sendable {
         }
         // The link opened on the computer itself (the one printed at start, clicked in the terminal):
         // this computer needs no pairing, and spending the link would leave the phone with a used one.
-        if policy.trustsLoopback && Self.isThisMachine(request.remoteAddress) {
+        if policy.trustsLoopback && policy.isThisMachine(request.remoteAddress) {
             return .error(409, code: "this_machine",
                           message: "This computer needs no pairing: open the link on your phone, or scan its QR code.")
         }
@@ -128,17 +128,9 @@ struct PairRoute: Sendable {
         }
     }
 
-    /// A peer that is this machine: loopback, or one of its own addresses (a browser here that opened
-    /// `https://192.168.1.20:…`; Linux drops a packet from outside that claims a local source address).
-    static func isThisMachine(_ peer: String) -> Bool {
-        if Loopback.contains(address: peer) { return true }
-        let address = ForwardedFor.canonical(peer)
-        return NetworkInterfaces.entries().contains { $0.address == address }
-    }
-
     /// `GET /pairing`: the page asks where it stands, and whether it may offer "Pair a phone".
     func state(_ request: HTTPRequest) -> HTTPResponse {
-        let loopback = RequestPolicy.isLoopbackPeer(request.remoteAddress)
+        let loopback = policy.isThisMachine(request.remoteAddress)
         var device: DeviceRegistry.Device?
         let state: String
         switch policy.bearerCheck(request, devices: devices) {
@@ -174,7 +166,7 @@ struct PairRoute: Sendable {
 
     /// `POST /pair/link`: a fresh link (any number may be live), for a page on this machine only.
     func link(_ request: HTTPRequest) -> HTTPResponse {
-        guard RequestPolicy.isLoopbackPeer(request.remoteAddress) else {
+        guard policy.isThisMachine(request.remoteAddress) else {
             return .error(403, code: "not_this_machine",
                           message: "Pairing links are issued only to the Jotter page on the computer itself.")
         }

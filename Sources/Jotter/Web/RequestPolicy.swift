@@ -8,6 +8,9 @@ public final class RequestPolicy: Sendable {
     let configuredHosts: Set<String>
     /// Addresses of the interfaces the server listens on (LAN mode), lowercased; they follow the network.
     private let boundAddresses: Mutex<Set<String>>
+    /// Every address of this machine's interfaces (Docker and VM bridges too), read again whenever the
+    /// network changes: a peer with one of them is this machine.
+    private let ownAddresses: Mutex<Set<String>>
     private let port = Atomic<Int>(0)
     /// `http` or `https`: part of our origin.
     let scheme: String
@@ -30,6 +33,7 @@ public final class RequestPolicy: Sendable {
         self.trustsLoopback = trustsLoopback
         self.configuredHosts = Set(configuredHosts.map { Self.normalized($0) })
         self.boundAddresses = Mutex(Set(boundAddresses.map { Self.normalized($0) }))
+        ownAddresses = Mutex(devices == nil ? [] : Self.interfaceAddresses())
         self.scheme = scheme
         self.devices = devices
         failedAttempts = RateLimiter(limits: .init(burst: 10, perSecond: 10.0 / 600), clock: clock)
@@ -44,6 +48,8 @@ public final class RequestPolicy: Sendable {
     func setBoundAddresses(_ addresses: [String]) {
         let normalized = Set(addresses.map { Self.normalized($0) })
         boundAddresses.withLock { $0 = normalized }
+        let own = Self.interfaceAddresses()
+        ownAddresses.withLock { $0 = own }
         allowedHosts.withLock { cache in
             cache.generation += 1
             cache.values = []
@@ -74,8 +80,7 @@ public final class RequestPolicy: Sendable {
             return Loopback.contains(address: request.remoteAddress) ? nil : Self.localOnly
         }
         // In LAN mode the peer's address is parsed only when it matters: for a request that needs a token.
-        if !Self.isPublic(request),
-           !(trustsLoopback && Loopback.contains(address: request.remoteAddress)) {
+        if !Self.isPublic(request), !(trustsLoopback && isThisMachine(request.remoteAddress)) {
             return tokenRefusal(request, devices: devices)
         }
         return nil
@@ -156,10 +161,18 @@ public final class RequestPolicy: Sendable {
         return path.hasPrefix("/") && !name.contains("/") && name.contains(".")
     }
 
-    /// A request from this machine itself (scripts using curl keep working without a token):
-    /// `Loopback.contains(address:)`, under the name `PairRoute` calls.
-    static func isLoopbackPeer(_ address: String) -> Bool {
-        Loopback.contains(address: address)
+    /// A peer that is this machine itself: loopback, or one of the LAN addresses it serves on (a browser
+    /// here that opened the printed `https://192.168.1.20:…`; Linux drops a packet from outside that
+    /// claims a local source address). One answer for the token check, `/pairing` and pairing: the page
+    /// said "this computer needs no pairing" while every memo it sent was refused `not_paired`.
+    func isThisMachine(_ peer: String) -> Bool {
+        if Loopback.contains(address: peer) { return true }
+        let address = Self.normalized(ForwardedFor.canonical(peer))
+        return boundAddresses.withLock { $0.contains(address) } || ownAddresses.withLock { $0.contains(address) }
+    }
+
+    private static func interfaceAddresses() -> Set<String> {
+        Set(NetworkInterfaces.entries().map { normalized($0.address) })
     }
 
     /// State-changing requests and everything that reveals memo metadata. `request.path` is already
