@@ -340,14 +340,22 @@ import Testing
 
     // MARK: Errors: unsupported media type (415)
 
-    @Test(arguments: ["text/html", "application/xml", "image/png", "text/plain;charset=latin1",
-                      "text/plain; charset=ISO-8859-1", "text/plain; charset=utf-16", "application/octet-stream",
+    @Test(arguments: ["text/html", "application/xml", "image/png", "application/octet-stream",
                       "text/markdown", "application/jsonx", "multipart/mixed; boundary=x", ""])
     func unsupportedMediaTypes(contentType: String) {
         let error = Self.failure(contentType, "buy milk")
         #expect(error == .unsupportedMediaType)
         #expect(error?.status == 415)
         #expect(error?.code == "unsupported_media_type")
+    }
+
+    /// text/plain it is, in a character set not read: said as such, not "send text/plain".
+    @Test(arguments: ["text/plain;charset=latin1", "text/plain; charset=ISO-8859-1", "text/plain; charset=utf-16"])
+    func unsupportedCharsets(contentType: String) {
+        let error = Self.failure(contentType, "buy milk")
+        #expect(error == .unsupportedCharset)
+        #expect(error?.status == 415 && error?.code == "unsupported_charset")
+        #expect(error?.message.contains("UTF-8") == true)
     }
 
     // MARK: Error messages never quote the body

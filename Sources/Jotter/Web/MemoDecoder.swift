@@ -15,7 +15,7 @@ public enum MemoDecoder {
         switch media.type {
         case "text/plain":
             guard ["utf-8", "us-ascii", "utf8"].contains(media.parameters["charset"]?.lowercased() ?? "utf-8") else {
-                throw .unsupportedMediaType
+                throw .unsupportedCharset
             }
             memo = Memo(subject: nil, body: try text(body))
         case "application/x-www-form-urlencoded":

@@ -30,6 +30,11 @@ struct SendRoute: Sendable {
             respond(.error(400, code: "bad_request", message: "More than one Content-Type header."))
             return
         }
+        // A compressed body is not read (gzip's bytes were "not valid UTF-8"; br's were taken as text).
+        if let coding = request.headers["Content-Encoding"], coding.trimmingWhitespace().lowercased() != "identity" {
+            respond(MemoDecodingError.unsupportedEncoding.response)
+            return
+        }
         let memo: MemoDecoder.Memo
         do {
             memo = try MemoDecoder.decode(contentType: request.headers["Content-Type"], body: request.body)
