@@ -317,7 +317,8 @@ public final class Application: Sendable {
                        clock: any WallClock = SystemClock()) throws -> Router {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
-        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds, clock: clock)
+        let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds, clock: clock,
+                             relayBodyLimit: jotterRelay != nil ? RelayConfiguration.maxMessageBodyBytes : nil)
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
                                    warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,

@@ -544,6 +544,28 @@ struct ComposerRelayTests {
         #expect(Int(asked.header("Retry-After") ?? "") ?? 0 > 60, "when the hour's window frees a registration")
     }
 
+    /// A composer allowed large requests (`--max-body 1048576`) in front of a relay that takes 256 KiB of
+    /// text: the memo over that is refused at once with 413 (the writer still has it), not accepted with
+    /// 204 and then failed as "rejected" by the relay, which no Retry could mend.
+    @Test func aMemoOverTheRelaysLimitIsRefusedWhenSent() throws {
+        let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
+        let store = try RelayTestStore(.sqlite)
+        defer { store.release() }
+        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
+        defer { relay.stop() }
+        let composer = try TestServer(dataDirectory: composerDirectory.path, maxBodyBytes: 1_048_576,
+                                      relay: "jotter+http://127.0.0.1:\(relay.port)")
+        defer { composer.stop() }
+        let refused = try composer.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                         body: Array(String(repeating: "x", count: 300_000).utf8))
+        #expect(refused.status == 413 && refused.errorCode == "too_large", "\(refused.status) \(refused.text)")
+        #expect(refused.text.contains("Jotter relay"))
+        let fits = try composer.route("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                      body: Array(String(repeating: "y", count: 200_000).utf8))
+        #expect(fits.status == 204)
+        #expect(try composer.outbox.history.acceptedCount() == 1)
+    }
+
     @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
         let store = try RelayTestStore(.sqlite)

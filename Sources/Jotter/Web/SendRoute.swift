@@ -11,6 +11,9 @@ struct SendRoute: Sendable {
     var undoMilliseconds: Int64 = 0
     /// For what is left of a replayed memo's undo window.
     var clock: any WallClock = SystemClock()
+    /// Through a Jotter relay: the most its message body may be (a long subject goes at its top). A memo
+    /// over it is refused here, where the writer learns it, not accepted and then failed by the relay.
+    var relayBodyLimit: Int?
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -45,6 +48,12 @@ struct SendRoute: Sendable {
             } else {
                 respond(error.response)
             }
+            return
+        }
+        if let relayBodyLimit,
+           JotterRelayTransport.fitted(subject: memo.subject ?? "", body: memo.body).body.utf8.count > relayBodyLimit {
+            respond(.error(413, code: "too_large", message: "The memo is larger than the Jotter relay accepts "
+                               + "(\(relayBodyLimit / 1024) KiB of text): nothing was stored."))
             return
         }
         let keys = request.headers.values("Idempotency-Key")
