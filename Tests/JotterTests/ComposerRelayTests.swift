@@ -566,6 +566,46 @@ struct ComposerRelayTests {
         #expect(try composer.outbox.history.acceptedCount() == 1)
     }
 
+    /// A 401 that is not the relay's (a proxy's login wall in front of it, maintenance) leaves the device
+    /// and its verified address as they are: the memo waits, and goes once the wall is gone. Before, one
+    /// such 401 threw the device away, registered another, and sent the user to verify again.
+    @Test func aLoginWallInFrontOfTheRelayForgetsNothing() throws {
+        var pair = try Pair(.sqlite)
+        defer { pair.stop() }
+        let relay = pair.relay, composerDirectory = TemporaryDirectory()
+        let wall = pair.relayDirectory.file("wall")
+        let proxy = try FixtureProcess(script: "login_wall.py", arguments: [String(relay.port), wall],
+                                       errorPath: pair.relayDirectory.file("wall.stderr"))
+        defer { proxy.stop() }
+        pair.composer.stop()  // the pair's own, straight to the relay: this one goes through the proxy
+        pair.composer = try TestServer(dataDirectory: composerDirectory.path, relay: "jotter+http://127.0.0.1:\(proxy.port)") {
+            $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
+            $0.delivery.offlineProbeMilliseconds = 200
+            $0.delivery.refusedRetestMilliseconds = 300
+        }
+        let composer = pair.composer
+        func page(_ method: String, _ path: String, _ object: [String: Any]? = nil) throws -> RawHTTP.Response {
+            try composer.route(method, path, headers: [("Sec-Fetch-Site", "same-origin"), ("Content-Type", "application/json")],
+                               body: object.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? [])
+        }
+        let known = try relay.mailFiles(to: Self.address)
+        #expect(try page("POST", "/destination", ["address": Self.address, "language": "en"]).status == 202)
+        #expect(try page("POST", "/destination/confirm", ["code": try relay.newCode(to: Self.address, known: known)]).status == 200)
+        #expect(try pair.devices() == 1)
+
+        #expect(FileManager.default.createFile(atPath: wall, contents: Data()))
+        let id = try pair.post("memo behind a login wall")
+        #expect(try composer.waitUntil(timeout: 30) { (try pair.entry(id)["attempts"] as? Int ?? 0) >= 1 })
+        try FileManager.default.removeItem(atPath: wall)
+        #expect(try composer.waitUntil(timeout: 60) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        let destination = try #require(try page("GET", "/destination").json as? [String: Any])
+        #expect(destination["address"] as? String == Self.address, "still verified: \(destination)")
+        #expect(try pair.devices() == 1, "no second registration")
+        #expect(try relay.finishDeliveries(timeout: 60))
+        #expect(try relay.mails(to: Self.address).filter { ($0.message["body"] as? String ?? "").contains("behind a login wall") }.count == 1)
+    }
+
     @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
         let store = try RelayTestStore(.sqlite)

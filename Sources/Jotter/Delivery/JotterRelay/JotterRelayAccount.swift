@@ -96,12 +96,16 @@ final class JotterRelayAccount: Sendable {
         }
     }
 
-    /// Calls the relay as this device; a `401` (unknown to the relay) re-registers once and tries again.
+    /// Calls the relay as this device; the relay's own `401 invalid_credentials` (this device is unknown
+    /// to it: revoked, or its database restored from before) re-registers once and tries again. Any other
+    /// `401` (a proxy's login page, maintenance in front of the relay) is not the relay's word on this
+    /// device: it is returned as it is, and the device and its verified address are kept — thrown away,
+    /// the user had to verify again (a code of 5 a day), and the relay registered a device more.
     func call(_ path: String, method: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> JotterRelayClient.Answer {
         let used = try secret()
         let answer = try client.call(path, method: method, secret: used, json: body, idempotencyKey: idempotencyKey)
-        guard answer.status == 401 else { return answer }
+        guard answer.status == 401, answer.errorCode == "invalid_credentials" else { return answer }
         try forget(secret: used)
         return try client.call(path, method: method, secret: try secret(), json: body,
                                idempotencyKey: idempotencyKey)

@@ -50,7 +50,7 @@ struct JotterRelayTransport: Transport {
             try account.recordHandover(of: message.id, messageID: id)
             return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id),
                               waiting: true)
-        case (403, "destination_unverified"), (401, _):
+        case (403, "destination_unverified"), (401, "invalid_credentials"):
             try account.lostVerification(of: to)
             throw DeliveryFailure(.unverified, permanent: true)
         case (409, "idempotency_in_flight"):

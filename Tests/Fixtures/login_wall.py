@@ -1,0 +1,55 @@
+"""A proxy on 127.0.0.1 in front of the server on 127.0.0.1:PORT that, while the file WALL exists,
+answers every request itself with 401 and an HTML login page (as a proxy's login wall or a maintenance
+page does), and otherwise passes each request on and its answer back (one request per connection).
+Prints the port it bound, then serves until its standard input closes.
+
+Usage: login_wall.py UPSTREAM_PORT WALL
+"""
+import os
+import socket
+import sys
+import threading
+
+from answer_dropper import read_request
+from fixture_lifetime import exit_when_stdin_closes
+
+WALL_PAGE = b"<html><body><form>Sign in to continue</form></body></html>"
+
+
+def handle(client, upstream_port, wall):
+    with client:
+        request = read_request(client)
+        if request is None:
+            return
+        if os.path.exists(wall):
+            client.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/html\r\nWWW-Authenticate: Basic realm=\"proxy\"\r\n"
+                           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(WALL_PAGE) + WALL_PAGE)
+            return
+        with socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
+            head, _, body = request.partition(b"\r\n\r\n")
+            lines = [line for line in head.split(b"\r\n")
+                     if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
+            lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
+            upstream.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+            while True:
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                client.sendall(chunk)
+
+
+def main():
+    upstream_port, wall = int(sys.argv[1]), sys.argv[2]
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    print(listener.getsockname()[1], flush=True)
+    exit_when_stdin_closes()
+    while True:
+        client, _ = listener.accept()
+        threading.Thread(target=handle, args=(client, upstream_port, wall), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
