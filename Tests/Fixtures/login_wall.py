@@ -1,9 +1,10 @@
 """A proxy on 127.0.0.1 in front of the server on 127.0.0.1:PORT that, while the file WALL exists,
 answers every request itself with 401 and an HTML login page (as a proxy's login wall or a maintenance
 page does), and otherwise passes each request on and its answer back (one request per connection).
+While the file DROP exists (optional), it passes each request on and loses the answer (hangs up).
 Prints the port it bound, then serves until its standard input closes.
 
-Usage: login_wall.py UPSTREAM_PORT WALL
+Usage: login_wall.py UPSTREAM_PORT WALL [DROP]
 """
 import os
 import socket
@@ -16,7 +17,7 @@ from fixture_lifetime import exit_when_stdin_closes
 WALL_PAGE = b"<html><body><form>Sign in to continue</form></body></html>"
 
 
-def handle(client, upstream_port, wall):
+def handle(client, upstream_port, wall, drop):
     with client:
         request = read_request(client)
         if request is None:
@@ -31,15 +32,18 @@ def handle(client, upstream_port, wall):
                      if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
             lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
             upstream.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+            dropping = drop is not None and os.path.exists(drop)
             while True:
                 chunk = upstream.recv(65536)
                 if not chunk:
                     break
-                client.sendall(chunk)
+                if not dropping:
+                    client.sendall(chunk)
 
 
 def main():
     upstream_port, wall = int(sys.argv[1]), sys.argv[2]
+    drop = sys.argv[3] if len(sys.argv) > 3 else None
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -48,7 +52,7 @@ def main():
     exit_when_stdin_closes()
     while True:
         client, _ = listener.accept()
-        threading.Thread(target=handle, args=(client, upstream_port, wall), daemon=True).start()
+        threading.Thread(target=handle, args=(client, upstream_port, wall, drop), daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -606,6 +606,32 @@ struct ComposerRelayTests {
         #expect(try relay.mails(to: Self.address).filter { ($0.message["body"] as? String ?? "").contains("behind a login wall") }.count == 1)
     }
 
+    /// The answer to the composer's registration is lost (its one invite spent by it): the next try
+    /// proposes the same secret and gets the same device. Before, the relay's secret was lost with the
+    /// answer, the invite was "used", and every memo waited for a new invite from the operator.
+    @Test func aLostRegistrationAnswerCostsNeitherTheInviteNorTheDevice() throws {
+        var pair = try Pair(.sqlite) { $0.registration = .invite }
+        defer { pair.stop() }
+        let relay = pair.relay, composerDirectory = TemporaryDirectory()
+        let drop = pair.relayDirectory.file("drop")
+        let proxy = try FixtureProcess(script: "login_wall.py", arguments: [String(relay.port), pair.relayDirectory.file("wall"), drop],
+                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        defer { proxy.stop() }
+        let invite = try relay.application.service.issueInvite().invite
+        pair.composer.stop()
+        pair.composer = try Pair.composer(composerDirectory.path, relayPort: proxy.port, query: "?invite=\(invite)")
+        #expect(FileManager.default.createFile(atPath: drop, contents: Data()))
+        let lost = try pair.page("POST", "/destination", ["address": Self.address, "language": "en"])
+        #expect(lost.status == 502, "no answer came: \(lost.status) \(lost.text)")
+        #expect(try pair.devices() == 1, "the relay registered it all the same")
+        try FileManager.default.removeItem(atPath: drop)
+        try pair.verify()  // registers again with the same secret: the same device
+        #expect(try pair.devices() == 1, "no second device")
+        let id = try pair.post("memo after a lost registration")
+        #expect(try pair.composer.waitUntil(timeout: 60) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+    }
+
     @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
         let store = try RelayTestStore(.sqlite)

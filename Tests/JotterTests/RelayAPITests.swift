@@ -195,6 +195,37 @@ import Synchronization
                 "an invite works for 7 days")
     }
 
+    /// A client that proposes its own secret may register again after a lost answer: the same invite,
+    /// spent by the first request, and the same secret give the same device (no limit charged again);
+    /// a secret of the wrong shape is refused.
+    @Test(arguments: RelayStoreKind.available)
+    func aRegistrationWithTheClientsOwnSecretIsSafeToRepeat(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store) {
+            $0.registration = .invite
+            $0.limits.registrationsPerIPHour = 2  // the first and "other" below: the repeat is not charged
+        }
+        defer { relay.stop() }
+        let invite = try relay.application.service.issueInvite().invite
+        let secret = try RelayKeys.newSecret(prefix: "jrs_")
+        let first = try relay.json("POST", "/v1/devices", ["invite": invite, "secret": secret])
+        #expect(first.status == 201, "\(first.text)")
+        let again = try relay.json("POST", "/v1/devices", ["invite": invite, "secret": secret])
+        #expect(again.status == 201, "the answer to the first was lost: \(again.text)")
+        let one = try #require(first.json as? [String: Any]), two = try #require(again.json as? [String: Any])
+        #expect(one["device_id"] as? String == two["device_id"] as? String && two["secret"] as? String == secret)
+        #expect(try relay.json("GET", "/v1/destinations", secret: secret).status == 200)
+        #expect(try store.deviceCount(on: relay) == 1)
+        let other = try relay.json("POST", "/v1/devices", ["invite": invite, "secret": try RelayKeys.newSecret(prefix: "jrs_")])
+        #expect(other.status == 403 && other.errorCode == "invite_invalid", "another secret: the invite is spent")
+        for bad in ["jrs_short", "xyz_" + String(secret.dropFirst(4)), secret + "A", "jrs_" + String(repeating: "!", count: 43)] {
+            let refused = try relay.json("POST", "/v1/devices", ["invite": invite, "secret": bad])
+            #expect(refused.status == 400 && refused.errorCode == "invalid_secret", "\(bad): \(refused.text)")
+        }
+    }
+
     /// Mistyped invites do not use up what a network may register in an hour (a household behind one
     /// address): they are counted as wrong secrets are, a few and then 429.
     @Test(arguments: RelayStoreKind.available)

@@ -56,6 +56,15 @@ struct RelayKeys: Sendable {
 
     /// A fresh secret: `prefix` and 32 random bytes in base64url without padding (256 bits, and a
     /// prefix secret scanners can recognise).
+    /// A device secret as `newSecret(prefix: "jrs_")` makes them: `jrs_` and 43 base64url characters
+    /// (256 bits). A client that proposes its own must propose one of this shape.
+    static func isDeviceSecret(_ text: String) -> Bool {
+        text.utf8.count == 47 && text.hasPrefix("jrs_") && text.utf8.dropFirst(4).allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+        }
+    }
+
     static func newSecret(prefix: String) throws -> String {
         let encoded = Base64.encode(try SecureRandom.bytes(count: 32))
         return prefix + String(encoded.compactMap { character -> Character? in

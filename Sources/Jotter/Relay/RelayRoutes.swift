@@ -72,16 +72,24 @@ struct RelayRoutes: Sendable {
     }
 
     private func register(_ request: HTTPRequest) -> HTTPResponse {
-        var invite: String?
+        var invite: String?, secret: String?
         if !request.body.isEmpty {
             let fields: RelayJSON.Fields
-            switch RelayJSON.object(request, allowed: ["invite"]) {
+            switch RelayJSON.object(request, allowed: ["invite", "secret"]) {
             case .success(let object): fields = object
             case .failure(let error): return error.response
             }
             switch fields.string("invite", required: false) {
             case .success(let value): invite = value
             case .failure(let error): return error.response
+            }
+            switch fields.string("secret", required: false) {
+            case .success(let value): secret = value
+            case .failure(let error): return error.response
+            }
+            if let secret, !RelayKeys.isDeviceSecret(secret) {
+                return .error(400, code: "invalid_secret",
+                              message: "A proposed secret is jrs_ and 43 base64url characters (256 random bits).")
             }
         }
         // Locked out after wrong invites: no invite is even looked at, so guessing stops (a right guess
@@ -90,7 +98,7 @@ struct RelayRoutes: Sendable {
             return Self.tooManyAttempts("invites", seconds)
         }
         return answering {
-            switch try service.register(invite: invite, client: request.remoteAddress) {
+            switch try service.register(invite: invite, client: request.remoteAddress, secret: secret) {
             case .registered(let id, let secret):
                 var json = JSONWriter()
                 json.object { json in

@@ -107,8 +107,14 @@ public final class RelayService: Sendable {
     }
 
     /// Registers a device for `client` (an IP address), with `invite` when registration needs one.
-    public func register(invite: String?, client: String) throws -> Registration {
+    /// With `secret` (the client's own, `RelayKeys.isDeviceSecret`), registering is safe to repeat: a
+    /// device that already has that secret is answered again as registered — no invite spent twice, no
+    /// limit charged — so a client whose first answer was lost gets its device, not "invite already used".
+    public func register(invite: String?, client: String, secret proposed: String? = nil) throws -> Registration {
         let now = clock.nowMilliseconds()
+        if let proposed, let existing = try store.device(secretHash: keys.secretHash(proposed, kind: "device")) {
+            return .registered(deviceID: existing, secret: proposed)
+        }
         let inviteHash: [UInt8]?
         switch configuration.registration {
         case .open:
@@ -125,7 +131,7 @@ public final class RelayService: Sendable {
             return .limited(states)
         }
         let id = try SecureRandom.uuid()
-        let secret = try RelayKeys.newSecret(prefix: "jrs_")
+        let secret = try proposed ?? RelayKeys.newSecret(prefix: "jrs_")
         guard try store.registerDevice(id: id, secretHash: keys.secretHash(secret, kind: "device"),
                                              inviteHash: inviteHash, now: now) else {
             // No device came of it: a mistyped invite must not use up what a network may register in an

@@ -63,15 +63,41 @@ final class JotterRelayAccount: Sendable {
                 cached = stored
                 return stored
             }
+            // The secret is this composer's own, kept (sealed) before it is proposed: a registration whose
+            // answer is lost is asked again with the same one, and the relay answers with the device it
+            // made — where a relay-made secret was lost with the answer, and the invite with it.
+            let proposed: String
+            if let kept = try stored({ try $0.readSealed(name("proposed_secret")) }) {
+                proposed = kept
+            } else {
+                do { proposed = try RelayKeys.newSecret(prefix: "jrs_") } catch { throw DeliveryFailure(.io, permanent: false) }
+                try stored { try $0.writeSealed(name("proposed_secret"), value: proposed) }
+            }
             var json = JSONWriter()
-            json.object { json in if let invite { json.field("invite", invite) } }
-            let answer = try client.call("/v1/devices", json: json.bytes)
+            json.object { json in
+                if let invite { json.field("invite", invite) }
+                json.field("secret", proposed)
+            }
+            var answer = try client.call("/v1/devices", json: json.bytes)
+            if answer.status == 400, answer.errorCode == "unknown_field" {
+                // A relay from before proposed secrets: it makes one.
+                var plain = JSONWriter()
+                plain.object { json in if let invite { json.field("invite", invite) } }
+                answer = try client.call("/v1/devices", json: plain.bytes)
+            }
             guard answer.status == 201, let secret = answer.json?["secret"]?.string else {
-                // An invite needed or refused is the configuration's to fix (?invite=), not a memo's.
+                // An invite needed or refused is the configuration's to fix (?invite=), not a memo's; the
+                // next try proposes a new secret. (Kept for answers worth retrying: 429, 5xx.)
+                if (400..<500).contains(answer.status) && answer.status != 429 {
+                    try stored { try $0.writeSealed(name("proposed_secret"), value: nil) }
+                }
                 if answer.status == 403 { throw DeliveryFailure(.configuration, permanent: true) }
                 throw JotterRelayClient.failure(answer)
             }
-            try stored { try $0.writeSealed(name("secret"), value: secret) }
+            try stored { store in
+                try store.writeSealed(name("secret"), value: secret)
+                try store.writeSealed(name("proposed_secret"), value: nil)
+            }
             cached = secret
             return secret
         }
@@ -88,7 +114,10 @@ final class JotterRelayAccount: Sendable {
             if current == nil { current = try stored { try $0.readSealed(name("secret")) } }
             guard current == refused else { return }
             cached = nil
-            try stored { try $0.writeSealed(name("secret"), value: nil) }
+            try stored { store in
+                try store.writeSealed(name("secret"), value: nil)
+                try store.writeSealed(name("proposed_secret"), value: nil)  // the next registration proposes anew
+            }
             var destination = try destination()
             destination.pending = destination.pending ?? destination.address
             destination.address = nil
