@@ -99,8 +99,14 @@ import Testing
         let device = try fixture.relay.register()
         let code = try fixture.code(device.secret, "me@example.com")
         #expect(try fixture.relay.confirm(device.secret, "me@example.com", code).status == 200)
-        let again = try fixture.relay.confirm(device.secret, "me@example.com", code)
-        #expect(again.status == 400 && again.errorCode == "code_spent")
+        // Presented again (the first answer lost on the way): verified, as then; nothing more.
+        #expect(try fixture.relay.confirm(device.secret, "me@example.com", code).status == 200)
+        let wrong = String(code.reversed()) == code ? "000000" : String(code.reversed())
+        let again = try fixture.relay.confirm(device.secret, "me@example.com", wrong)
+        #expect(again.status == 400 && again.errorCode == "code_spent", "any other code: spent")
+        // Once the address is removed, its code verifies nothing.
+        #expect(try fixture.relay.json("DELETE", "/v1/destinations/me@example.com", secret: device.secret).status == 204)
+        #expect(try fixture.relay.confirm(device.secret, "me@example.com", code).status != 200)
     }
 
     @Test(arguments: RelayStoreKind.available)
