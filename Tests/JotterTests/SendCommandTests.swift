@@ -164,6 +164,27 @@ import Testing
         #expect((Int(fields[2]) ?? .max) < 400, "peak memory \(fields[2]) MiB for an endless input")
     }
 
+    /// `jotter history` shows times in this machine's time zone (it showed the server's UTC digits
+    /// without their Z, 9 hours off in Tokyo: `JST-9`, a POSIX zone that needs no tzdata), and a right-to-left override in a subject cannot
+    /// reverse the rest of the terminal line.
+    @Test func historyShowsLocalTimesAndNoBidiOverride() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let sent = try server.route("POST", "/send", headers: [("Content-Type", "application/json")],
+                                    body: Array(#"{"subject":"‮gnp.exe","body":"x"}"#.utf8))
+        let id = try #require(sent.header("X-Message-Id"))
+        let created = try #require(try server.outbox.history.record(id: id)).createdAt
+        let listed = try LiveServerTests.JotterBinary.run(
+            ["TZ=JST-9", LiveServerTests.JotterBinary.path, "history", "--url", "http://127.0.0.1:\(server.port)"],
+            executable: "/usr/bin/env")
+        #expect(listed.status == 0, "\(listed.standardError)")
+        let row = try #require(listed.standardOutput.split(separator: "\n").dropFirst().first.map(String.init))
+        let tokyo = String(Timestamp.iso8601(milliseconds: created + 9 * 3_600_000).prefix(19)).replacingOccurrences(of: "T", with: " ")
+        #expect(row.hasPrefix(tokyo), "\(row) — expected \(tokyo)")
+        #expect(!row.unicodeScalars.contains("\u{202E}") && row.contains("gnp.exe"), "\(row)")
+    }
+
     /// A LAN server answers over HTTPS with a certificate of its own CA: `--ca` trusts it; without it
     /// the command says what to do at once instead of waiting a minute for "no answer".
     @Test func aLANServerIsReachedWithItsOwnCA() throws {

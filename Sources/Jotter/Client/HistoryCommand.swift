@@ -1,3 +1,5 @@
+import Glibc
+
 /// `jotter history [-n N]`: the latest memos' delivery status as a table.
 public enum HistoryCommand {
     /// Fetches and formats; the status is 0, or `SendCommand.Status`'s meaning for what went wrong.
@@ -34,9 +36,14 @@ public enum HistoryCommand {
             let created = entry["created_at"]?.string ?? ""
             let note = entry["waiting_for"]?.string ?? entry["last_error"]?.string ?? ""
             var subject = entry["subject"]?.string ?? "—"
-            subject = subject.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : String($0) }.joined()
+            // Control characters are spaces; bidi embeddings, overrides and isolates go (a U+202E in a
+            // subject reversed the rest of the terminal line), as in device names.
+            subject = subject.unicodeScalars.compactMap { scalar -> String? in
+                if (0x202A...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value) { return nil }
+                return scalar.properties.generalCategory == .control ? " " : String(scalar)
+            }.joined()
             if subject.count > 40 { subject = String(subject.prefix(39)) + "…" }
-            rows.append([String(created.prefix(19)).replacingLiterally("T", with: " "),
+            rows.append([localTime(created) ?? String(created.prefix(19)).replacingLiterally("T", with: " "),
                          entry["status"]?.string ?? "?", entry["attempts"]?.integer.map(String.init) ?? "0",
                          subject, note])
         }
@@ -47,6 +54,30 @@ public enum HistoryCommand {
             }.joined(separator: "  ").trimmingTrailingSpaces()
         }.joined(separator: "\n") + "\n"
     }
+}
+
+/// `2026-12-07T08:33:05.123Z` (the server's UTC) as this machine's local time, `2026-12-07 17:33:05`
+/// under TZ=Asia/Tokyo: the table showed the UTC digits without their `Z`, read as local time.
+func localTime(_ iso: String) -> String? {
+    let digits = Array(iso.utf8)
+    guard digits.count >= 19 else { return nil }
+    func number(_ range: Range<Int>) -> Int32? { Int32(String(decoding: digits[range], as: UTF8.self)) }
+    guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+          let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19) else { return nil }
+    var broken = tm()
+    broken.tm_year = year - 1900
+    broken.tm_mon = month - 1
+    broken.tm_mday = day
+    broken.tm_hour = hour
+    broken.tm_min = minute
+    broken.tm_sec = second
+    var seconds = timegm(&broken)
+    var local = tm()
+    guard localtime_r(&seconds, &local) != nil else { return nil }
+    var buffer = [CChar](repeating: 0, count: 32)
+    let count = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S", &local)
+    guard count > 0 else { return nil }
+    return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
 
 private extension String {
