@@ -128,7 +128,8 @@ public final class Application: Sendable {
                 trustAnchor = tls.trustAnchor
                 lanRefresh.withLock { $0.servedCertificate = tls.certificate.fingerprint }
             }
-            let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds)
+            let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds,
+                                              scheduler: scheduler)
             devices = registry
             let issued = try registry.issuePairingToken()
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",

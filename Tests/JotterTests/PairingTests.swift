@@ -518,6 +518,35 @@ import Testing
         #expect(try registry.rename(id: device.id, to: "\u{202D}Kitchen\u{200F} tablet") == "Kitchen\u{200F} tablet")
     }
 
+    /// A phone used once and then left alone: its sighting is written a minute later by a timer, not
+    /// only when a later request comes (`jotter devices`, another process, showed its pairing time).
+    @Test func aLoneSightingIsWrittenAMinuteLater() throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+        defer { outbox.close() }
+        let registry = try DeviceRegistry(outbox: outbox, clock: scheduler.clock, scheduler: scheduler)
+        let link = try registry.issuePairingToken().token
+        guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
+            Issue.record("not paired")
+            return
+        }
+        func stored() throws -> Int64? {
+            try outbox.database.read { database in
+                try database.statement("SELECT last_seen_at FROM devices WHERE id = ?")
+                    .firstRow([.text(device.id)]) { $0.optionalInt64(0) } ?? nil
+            }
+        }
+        let paired = try #require(try stored())
+        scheduler.advance(milliseconds: 10 * 60_000)
+        #expect(registry.verify(deviceToken: token) == device.id)
+        let seen = scheduler.clock.nowMilliseconds()
+        #expect(try stored() == paired, "nothing is written per request")
+        scheduler.advance(milliseconds: DeviceRegistry.lastSeenResolution)  // no request comes: the timer writes it
+        #expect(TestServer.waitUntil(timeout: 20) { (try? stored()) == seen },
+                "stored \(String(describing: try? stored())), expected \(seen)")
+    }
+
     /// A paired device's requests are noted in memory and written together once the first is a minute
     /// old: a minute of time passing, even when the wall clock is set back meanwhile (on the wall clock
     /// the sightings waited for the clock to catch up).

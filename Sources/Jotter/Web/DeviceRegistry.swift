@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// LAN pairing: one-time pairing links (10 minutes, single use, any number of them) are exchanged for
@@ -66,21 +67,32 @@ public final class DeviceRegistry: Sendable {
     /// Device id → when it was last seen (wall time), not yet written; and when the oldest of those was
     /// noted (monotonic).
     private let unwrittenSightings = Mutex<(seen: [String: Int64], since: Int64?)>(([:], nil))
+    /// Writes a batch a minute after its first sighting when no later request does: a phone used once
+    /// and then left alone showed its pairing time in `jotter devices` until the server stopped.
+    private let sightingsTimer = Mutex<(any SchedulerTimer)?>(nil)
 
     /// A registry over the `devices` and `pairing_tokens` tables, through the outbox's database queue.
     public convenience init(outbox: Outbox, clock: any WallClock = SystemClock(),
-                            linkLifetime: Int64 = DeviceRegistry.pairingLifetime) throws {
+                            linkLifetime: Int64 = DeviceRegistry.pairingLifetime,
+                            scheduler: (any Scheduler)? = nil) throws {
         self.init(database: outbox.database, hashingKey: try outbox.hashingKey(purpose: Self.hashingPurpose),
-                  clock: clock, linkLifetime: linkLifetime)
+                  clock: clock, linkLifetime: linkLifetime, scheduler: scheduler)
     }
 
     /// A registry over `database`; `hashingKey` is the outbox's key for `hashingPurpose`.
+    /// Without a `scheduler` (the command line's), sightings are written only as requests come.
     init(database: DatabaseQueue, hashingKey: SymmetricKey, clock: any WallClock,
-         linkLifetime: Int64 = DeviceRegistry.pairingLifetime) {
+         linkLifetime: Int64 = DeviceRegistry.pairingLifetime, scheduler: (any Scheduler)? = nil) {
         self.database = database
         self.hashingKey = hashingKey
         self.clock = clock
         self.linkLifetime = linkLifetime
+        if let scheduler {
+            let timer = scheduler.makeTimer(queue: DispatchQueue(label: "jotter.devices.sightings")) { [weak self] in
+                self?.writeSightings(dueOnly: true)
+            }
+            sightingsTimer.withLock { $0 = timer }
+        }
     }
 
     /// How long the links this registry issues work (`pairingLifetime`; tests make it short).
@@ -198,6 +210,7 @@ public final class DeviceRegistry: Sendable {
             state.seen[id] = now
             guard let since = state.since else {
                 state.since = tick
+                sightingsTimer.withLock { $0?.arm(afterMilliseconds: Self.lastSeenResolution) }
                 return nil
             }
             guard tick - since >= Self.lastSeenResolution else { return nil }
@@ -215,8 +228,29 @@ public final class DeviceRegistry: Sendable {
         }
     }
 
+    /// The timer's batch: written (off its queue, on the writer's) when its first sighting is a minute
+    /// old — unless a request already took it.
+    private func writeSightings(dueOnly: Bool) {
+        let tick = clock.monotonicMilliseconds()
+        let batch = unwrittenSightings.withLock { state -> [String: Int64]? in
+            guard let since = state.since, !dueOnly || tick - since >= Self.lastSeenResolution else { return nil }
+            defer { state = ([:], nil) }
+            return state.seen
+        }
+        guard let batch, !batch.isEmpty else { return }
+        database.async { [database] in
+            _ = try? database.transaction(durable: false) { database in
+                for (id, at) in batch {
+                    try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
+                                     [.integer(at), .text(id)])
+                }
+            }
+        }
+    }
+
     /// Writes the sightings gathered in memory now (at shutdown).
     public func flushSightings() {
+        sightingsTimer.withLock { $0?.cancel() }
         let batch = unwrittenSightings.withLock { state -> [String: Int64] in
             defer { state = ([:], nil) }
             return state.seen
