@@ -1132,6 +1132,47 @@ extension LiveServerTests {
             return nil
         }
 
+        /// Standard error that nobody reads (a paused terminal, `2>&1 | less`, a FIFO): SIGTERM still ends
+        /// the server within seconds, its memos stored (it hung in the last flush of its log, forever).
+        @Test func aStandardErrorNobodyReadsDoesNotHoldTheStop() throws {
+            let directory = TemporaryDirectory()
+            let script = """
+                import http.client, os, signal, subprocess, sys, time
+                jotter, data, fifo = sys.argv[1], sys.argv[2], sys.argv[3]
+                os.mkfifo(fifo)
+                reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
+                writer = os.open(fifo, os.O_WRONLY)
+                server = subprocess.Popen([jotter, 'serve', '--host', '127.0.0.1', '--port', '0', '--data-dir', data,
+                                           '--log-level', 'debug', '--rate-limit', 'off'],
+                                          stdout=subprocess.PIPE, stderr=writer, text=True)
+                port = int(server.stdout.readline().rsplit(':', 1)[1])
+                connection = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+                accepted = 0
+                deadline = time.monotonic() + 30
+                while accepted < 3000 and time.monotonic() < deadline:  # well past the pipe's 64 KiB of log lines
+                    try:
+                        connection.request('POST', '/send', body=b'fifo memo', headers={'Content-Type': 'text/plain'})
+                        response = connection.getresponse()
+                        response.read()
+                        accepted += response.status == 204
+                    except Exception:
+                        break
+                started = time.monotonic()
+                server.send_signal(signal.SIGTERM)
+                try:
+                    status = server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    status = 'hung'
+                print(status, round(time.monotonic() - started, 1), accepted > 0)
+                """
+            let result = try Python.run(script, arguments: [JotterBinary.path, directory.file("data"), directory.file("stderr.fifo")])
+            let fields = result.split(whereSeparator: \.isWhitespace).map(String.init)
+            #expect(fields.first == "0", "exit status after SIGTERM: \(result)")
+            #expect((Double(fields.count > 1 ? fields[1] : "") ?? 99) < 20, "\(result)")
+            #expect(fields.last == "True", "memos were taken while the log backed up: \(result)")
+        }
+
         @Test func servesOnTheAnnouncedPortAndExitsCleanlyOnSIGTERM() throws {
             let directory = TemporaryDirectory()
             let server = try ServeProcess(directory: directory)

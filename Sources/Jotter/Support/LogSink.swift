@@ -91,9 +91,16 @@ public final class LogSink: Sendable {
         }
     }
 
-    /// Writes every pending line now.
-    public func flush() {
-        writer.sync { drain() }
+    /// Writes every pending line now, waiting at most `timeout` seconds: a standard error nobody reads (a
+    /// paused terminal, `2>&1 | less`, a FIFO) must not keep a stopping server from exiting — it hung
+    /// there after everything was stored and stopped, holding the data directory.
+    public func flush(timeout: Double = 2) {
+        let done = DispatchSemaphore(value: 0)
+        writer.async {
+            self.drain()
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + timeout)
     }
 
     /// Everything written so far (memory sinks only).
