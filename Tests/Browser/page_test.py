@@ -27,6 +27,8 @@ Scenarios:
   undo      the server holds memos for an undo window: send, press Undo, the text comes back
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
+  two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
+  quota     storage full for a long paste (413, back in the page); then a memo while sends fail, a reload
 """
 import argparse
 import email
@@ -84,14 +86,27 @@ PROBE = r"""
 })();
 """
 
+# The page's outbox: one key per unsent memo (jotter.outbox.ID), oldest first; the same order as the page's.
+OUTBOX = r"""
+(() => { try {
+  return Object.keys(localStorage).filter(k => k.startsWith('jotter.outbox.'))
+    .map(k => JSON.parse(localStorage.getItem(k))).sort((a, b) => a.created - b.created || (a.id < b.id ? -1 : 1));
+} catch (e) { return 'unreadable: ' + e; } })()
+"""
+# True when the outbox is empty (the server has every memo).
+OUTBOX_EMPTY = "!Object.keys(localStorage).some(k => k.startsWith('jotter.outbox'))"
+# The newest draft any tab keeps (jotter.draft.TAB), or null.
+DRAFT = r"""
+(() => Object.keys(localStorage).filter(k => k.startsWith('jotter.draft'))
+  .map(k => JSON.parse(localStorage.getItem(k))).sort((a, b) => (b.at || 0) - (a.at || 0))[0] || null)()
+"""
+
 STATE = r"""
 (() => {
   const $ = id => document.getElementById(id);
   const body = $('body'), subject = $('subject'), pending = $('pending');
   const read = key => { try { return localStorage.getItem(key); } catch (e) { return 'unreadable: ' + e; } };
-  const outbox = read('jotter.outbox');
-  let parsed = null;
-  try { parsed = outbox ? JSON.parse(outbox) : []; } catch (e) { parsed = 'not JSON'; }
+  const parsed = """ + OUTBOX.strip() + r""";
   return {
     body: body ? body.value : null,
     subject: subject ? subject.value : null,
@@ -218,7 +233,7 @@ def settle(page, result):
     """After a send: wait until the page's outbox is empty, then a moment more (a second POST, if the
     page sent one, would show up), and record the final state and every POST /send."""
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=20)
+        page.wait_for(OUTBOX_EMPTY, timeout=20)
     except cdp.CDPError:
         pass
     time.sleep(0.3)
@@ -301,14 +316,14 @@ def scenario_restart(page, url, result):
     # comes back to the tab (another tab in front, then this one again): visibilitychange and focus.
     result["delivered_by"] = None
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=10, interval=0.05)
+        page.wait_for(OUTBOX_EMPTY, timeout=10, interval=0.05)
         result["delivered_by"] = "backoff"
     except cdp.CDPError:
         other = page.hide_by_other_tab()
         time.sleep(0.2)
         page.show(other)
         try:
-            page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15, interval=0.05)
+            page.wait_for(OUTBOX_EMPTY, timeout=15, interval=0.05)
             result["delivered_by"] = "focus"
         except cdp.CDPError:
             pass
@@ -432,7 +447,7 @@ def scenario_share_with_draft(page, url, result):
     except cdp.CDPError:
         pass
     page.type_text("Unsent draft")
-    result["draft"] = page.evaluate("localStorage.getItem('jotter.draft')")
+    result["draft"] = json.dumps(page.evaluate(DRAFT))
     load(page, url + "?text=Read%20this%20later")
     try:
         page.wait_for("!document.getElementById('foot').hidden", timeout=10)
@@ -440,7 +455,7 @@ def scenario_share_with_draft(page, url, result):
         pass
     result["after"] = page.evaluate(
         "({subject: document.getElementById('subject').value, body: document.getElementById('body').value,"
-        " draft: localStorage.getItem('jotter.draft')})")
+        " draft: JSON.stringify(%s)})" % DRAFT.strip())
 
 
 def send_then_undo(page, memo, result, typed_since=None):
@@ -508,7 +523,7 @@ def scenario_too_large(page, url, result):
         pass
     result["note"] = page.evaluate("document.getElementById('state').textContent")
     result["body_length"] = page.evaluate("document.getElementById('body').value.length")
-    result["pending"] = page.evaluate("JSON.parse(localStorage.getItem('jotter.outbox') || '[]').length")
+    result["pending"] = len(page.evaluate(OUTBOX))
     result["send_statuses"] = [r.get("status") for r in send_requests(page)]
 
 
@@ -584,7 +599,7 @@ def scenario_destination(page, url, result):
     load(page, url)
     page.wait_for("!document.getElementById('foot').hidden", timeout=10)
     send_new_memo(page, result, "Sent before the address")
-    page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15)
+    page.wait_for(OUTBOX_EMPTY, timeout=15)
     await_caller("memo-held", result)
     # The page looks at /healthz a moment after a send; a reload asks at once.
     load(page, url)
@@ -694,6 +709,110 @@ def scenario_nojs(page, url, result):
     result["form_posts"] = [r for r in page.requests if r["method"] == "POST"]
 
 
+# -- several tabs, and answers that are not the server's ---------------------------------------------
+
+
+def ready(page, url):
+    """Loads `url` and waits until the page's script has started (the footer shows)."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=15)
+
+
+def other_tab(page, url):
+    """A second tab of the same browser, in a window of its own (so a process of its own, as a user's
+    second window is), with the page loaded."""
+    tab = page.browser.new_page(new_window=True)
+    ready(tab, url)
+    return tab
+
+
+def wait(page, expression, timeout):
+    """Whether `expression` became true within `timeout` seconds (a miss is an observation, not an error)."""
+    try:
+        page.wait_for(expression, timeout=timeout, interval=0.05)
+        return True
+    except cdp.CDPError:
+        return False
+
+
+def text_of(page, selector_id):
+    return page.evaluate("document.getElementById(%s).value" % json.dumps(selector_id))
+
+
+def tab_problems(tab):
+    return {"tab_problems": tab.problems(), "tab_send_requests": send_requests(tab)}
+
+
+def scenario_two_tabs(page, url, result):
+    """Two tabs of one browser: tab A queues memos while sends fail; then, sends working again, tab B
+    drains the backlog while A adds more. Every memo must reach the server, each once."""
+    tag = secrets.token_hex(3)
+    ready(page, url)
+    other = other_tab(page, url)
+    for tab in (page, other):
+        tab.send("Network.setBlockedURLs", {"urls": ["*/send*"]})
+    memos = []
+    for i in range(30):
+        memos.append("backlog %02d %s" % (i, tag))
+        page.type_text(memos[-1])
+        page.press_ctrl_enter()
+    result["queued"] = len(page.evaluate(OUTBOX))
+    for tab in (page, other):
+        tab.send("Network.setBlockedURLs", {"urls": []})
+        tab.evaluate("dispatchEvent(new Event('online'))")   # as a browser does in every tab
+    for i in range(15):
+        memos.append("new %02d %s" % (i, tag))
+        page.type_text(memos[-1])
+        page.press_ctrl_enter()
+    result["memos"] = memos
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (page.evaluate(OUTBOX_EMPTY) and other.evaluate(OUTBOX_EMPTY)):
+        for tab in (page, other):
+            tab.evaluate("dispatchEvent(new Event('online'))")
+        time.sleep(0.2)
+    result["left"] = page.evaluate(OUTBOX)
+    result["send_requests"] = send_requests(page)
+    result.update(tab_problems(other))
+
+
+def scenario_quota(page, url, result):
+    """Storage refuses one memo (the quota: storage is all but full, and the memo is a long paste, which
+    the server then refuses too, 413, so it comes back); storage then has room again. Sends fail (the
+    server unreachable) and a short memo is sent: it is kept in storage, not only in the tab, so a
+    reload still has it; it goes once sends work."""
+    ready(page, url)
+    result["filled"] = page.evaluate("""(() => {
+      let n = 0;
+      for (const size of [1 << 20, 1 << 16, 1 << 12, 1 << 8])
+        try { for (;;) localStorage.setItem('test.filler.' + n++, 'f'.repeat(size)); } catch (e) {}
+      return n;
+    })()""", timeout=60)
+    page.evaluate("(t => { t.value = 'long '.repeat(60000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))")
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').textContent !== ''", 30)
+    result["note_big"] = page.evaluate("document.getElementById('state').dataset.s")
+    page.evaluate("(t => { t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })(document.getElementById('body'))")
+    page.evaluate("Object.keys(localStorage).forEach(k => k.startsWith('test.filler.') && localStorage.removeItem(k))")
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*"]})
+    result["memo"] = memo = "important note typed while sends fail %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').dataset.s !== 'too_large'", 10)
+    result["note_after"] = page.evaluate("document.getElementById('state').dataset.s")
+    result["stored"] = page.evaluate(OUTBOX)
+    ready(page, url)
+    result["after_reload"] = page.evaluate(OUTBOX)
+    page.send("Network.setBlockedURLs", {"urls": []})
+    page.evaluate("dispatchEvent(new Event('online'))")
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+
+
 SCENARIOS = {
     "send": scenario_send,
     "subject": scenario_subject,
@@ -714,6 +833,8 @@ SCENARIOS = {
     "share_with_draft": scenario_share_with_draft,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
+    "two_tabs": scenario_two_tabs,
+    "quota": scenario_quota,
 }
 
 if __name__ == "__main__":

@@ -448,6 +448,61 @@ struct BrowserTests {
         #expect(try relay.mails(to: address).filter { RelayServer.sameBody($0.message["body"], memo) }.count == 1)
     }
 
+    // MARK: Several tabs, and answers that are not the server's
+
+    /// Failed sends are what these scenarios are about: network entries for /send (a refused or
+    /// blocked connection, a status the test gave) are expected; anything else is not.
+    static func sendFailures(_ entry: Observed) -> Bool {
+        entry["source"].string == "network" && (entry["url"].string.map { $0.hasSuffix("/send") } ?? false)
+    }
+
+    /// The other tab logged no exception and no console error either.
+    static func expectOtherTabClean(_ seen: Observed, sourceLocation: SourceLocation = #_sourceLocation) {
+        let problems = seen["tab_problems"]
+        #expect(problems["exceptions"].array.isEmpty && problems["console_errors"].array.isEmpty,
+                "the other tab: \(problems)", sourceLocation: sourceLocation)
+        #expect(problems["log_errors"].array.filter { !sendFailures($0) }.isEmpty, "the other tab: \(problems)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test("Two tabs: one drains the backlog while the other adds memos; every memo reaches the server, once")
+    func twoTabsLoseNoMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("two_tabs", server: server, maildir: false, timeout: 150)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        Self.expectOtherTabClean(seen)
+        let memos = seen["memos"].array.compactMap(\.string)
+        #expect(memos.count == 45 && seen["queued"].int == 30, "\(seen["queued"]) queued of \(memos.count)")
+        #expect(seen["left"].array.isEmpty, "still in the page: \(seen["left"])")
+        #expect(TestServer.waitUntil(timeout: 30) { transport.messages.count >= memos.count })
+        let delivered = transport.messages.map(\.subject)
+        #expect(Set(delivered) == Set(memos), "missing: \(Set(memos).subtracting(delivered).sorted())")
+        #expect(try server.outbox.history.acceptedCount() == Int64(memos.count), "a memo was stored twice")
+    }
+
+    @Test("After a paste the storage quota refused, later memos are kept in storage again: a reload keeps them")
+    func storageIsTriedAgainAfterTheQuota() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("quota", server: server, maildir: false, timeout: 120)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["note_big"].string == "too_large", "\(seen["note_big"])")
+        #expect(seen["note_after"].string != "no_storage", "the page says storage refuses memos: it takes them")
+        #expect(seen["stored"].array.compactMap { $0["body"].string } == [memo], "in storage: \(seen["stored"])")
+        #expect(seen["after_reload"].array.compactMap { $0["body"].string } == [memo],
+                "after a reload: \(seen["after_reload"])")
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        #expect(TestServer.waitUntil(timeout: 20) { !transport.messages.isEmpty })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == [memo])
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
