@@ -28,6 +28,7 @@ Scenarios:
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
   two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
+  tabs_draft  A's unsent text opens in tab B, A sends it; then B's draft outlives a send in A
   quota     storage full for a long paste (413, back in the page); then a memo while sends fail, a reload
 """
 import argparse
@@ -775,6 +776,37 @@ def scenario_two_tabs(page, url, result):
     result.update(tab_problems(other))
 
 
+def scenario_tabs_draft(page, url, result):
+    """Tab A's unsent text opens in a new tab B; A sends it: B's copy goes (sending it from B would
+    store it twice). Then B's own draft outlives a send in A, and a tab opened after B closed gets it."""
+    tag = secrets.token_hex(3)
+    ready(page, url)
+    result["memo"] = memo = "memo typed in A " + tag
+    page.type_text(memo)
+    other = other_tab(page, url)
+    wait(other, "document.getElementById('body').value !== ''", 10)
+    result["b_opened_with"] = text_of(other, "body")
+    page.press_ctrl_enter()
+    wait(other, "document.getElementById('body').value === ''", 10)
+    result["b_after_a_sent"] = text_of(other, "body")
+    other.press_ctrl_enter()   # whatever B still shows goes too
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["draft"] = draft = "long draft in B " + tag
+    other.type_text(draft)
+    result["quick"] = quick = "quick memo from A " + tag
+    page.type_text(quick)
+    page.press_ctrl_enter()
+    wait(page, OUTBOX_EMPTY, 20)
+    result.update(tab_problems(other))
+    page.browser.send("Target.closeTarget", {"targetId": other.target_id})
+    third = page.browser.new_page()
+    ready(third, url)
+    wait(third, "document.getElementById('body').value !== ''", 10)
+    result["c_opened_with"] = text_of(third, "body")
+    result["send_requests"] = send_requests(page)
+
+
 def scenario_quota(page, url, result):
     """Storage refuses one memo (the quota: storage is all but full, and the memo is a long paste, which
     the server then refuses too, 413, so it comes back); storage then has room again. Sends fail (the
@@ -834,6 +866,7 @@ SCENARIOS = {
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
     "two_tabs": scenario_two_tabs,
+    "tabs_draft": scenario_tabs_draft,
     "quota": scenario_quota,
 }
 

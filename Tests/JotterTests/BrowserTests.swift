@@ -483,6 +483,25 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == Int64(memos.count), "a memo was stored twice")
     }
 
+    @Test("A tab showing the text another tab sends clears it; a tab's own draft outlives a send in another")
+    func draftsBelongToTheirTab() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("tabs_draft", server: server, maildir: false, timeout: 90)
+        Self.expectClean(seen)
+        Self.expectOtherTabClean(seen)
+        let memo = try #require(seen["memo"].string), quick = try #require(seen["quick"].string)
+        #expect(seen["b_opened_with"].string == memo, "the new tab did not get the draft: \(seen["b_opened_with"])")
+        #expect(seen["b_after_a_sent"].string == "", "tab B still shows what A sent: \(seen["b_after_a_sent"])")
+        #expect(seen["c_opened_with"].string == seen["draft"].string, "B's draft was lost: \(seen["c_opened_with"])")
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == [memo, quick], "\(transport.messages.map(\.body))")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
     @Test("After a paste the storage quota refused, later memos are kept in storage again: a reload keeps them")
     func storageIsTriedAgainAfterTheQuota() throws {
         let directory = TemporaryDirectory()
