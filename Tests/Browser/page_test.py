@@ -30,6 +30,9 @@ Scenarios:
   two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
   tabs_draft  A's unsent text opens in tab B, A sends it; then B's draft outlives a send in A
   quota     storage full for a long paste (413, back in the page); then a memo while sends fail, a reload
+  portal    /send answered by a captive portal's 200 page, then by a 409 (DevTools Fetch domain)
+  reasons   /send answered 500, then not at all, then by the server; a 413, then a memo taken
+  escapes   200,000 bytes of quotes and control characters, without and with a subject
 """
 import argparse
 import email
@@ -744,6 +747,50 @@ def tab_problems(tab):
     return {"tab_problems": tab.problems(), "tab_send_requests": send_requests(tab)}
 
 
+class SendGate:
+    """Answers the page's POST /send at the network (the DevTools Fetch domain), as a captive portal,
+    a proxy or a stopped server would: each request gets the next of `answers` — (status, content type,
+    body), or "no answer" (connection refused) — and once they are used up requests reach the server."""
+
+    def __init__(self, page, answers):
+        self.page, self.answers, self.seen, self.given = page, list(answers), len(page.events), []
+        page.send("Fetch.enable", {"patterns": [{"urlPattern": "*/send*", "requestStage": "Request"}]})
+
+    def pump(self):
+        events = self.page.events
+        while self.seen < len(events):
+            _, method, params = events[self.seen]
+            self.seen += 1
+            if method != "Fetch.requestPaused":
+                continue
+            rid = params["requestId"]
+            answer = self.answers.pop(0) if self.answers else None
+            if answer is None:
+                self.page.send("Fetch.continueRequest", {"requestId": rid})
+                self.given.append("server")
+            elif answer == "no answer":
+                self.page.send("Fetch.failRequest", {"requestId": rid, "errorReason": "ConnectionRefused"})
+                self.given.append(answer)
+            else:
+                status, kind, body = answer
+                self.page.send("Fetch.fulfillRequest", {
+                    "requestId": rid, "responseCode": status,
+                    "responseHeaders": [{"name": "Content-Type", "value": kind}],
+                    "body": base64.b64encode(body.encode()).decode()})
+                self.given.append(status)
+
+    def wait(self, expression, timeout):
+        """Answers requests until `expression` is true in the page; whether it became true in time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.pump()
+            if self.page.evaluate(expression):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
 def scenario_two_tabs(page, url, result):
     """Two tabs of one browser: tab A queues memos while sends fail; then, sends working again, tab B
     drains the backlog while A adds more. Every memo must reach the server, each once."""
@@ -843,6 +890,84 @@ def scenario_quota(page, url, result):
     result["send_requests"] = send_requests(page)
 
 
+def scenario_portal(page, url, result):
+    """Something else answers /send: a captive portal's 200 page (the memo must stay and go later),
+    then a 409 (the memo must come back into the page, with a word)."""
+    ready(page, url)
+    portal = (200, "text/html", "<!doctype html><title>Sign in to the Wi-Fi</title><form>…</form>")
+    conflict = (409, "application/json", '{"error":{"code":"idempotency_conflict","message":"…"}}')
+    gate = SendGate(page, [portal])
+    result["memo"] = memo = "through the portal %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    # The portal's page is no word from the server: the memo stays, and goes once the server answers.
+    gate.wait("%s && false" % OUTBOX_EMPTY, 0)
+    result["left"] = gate.wait(OUTBOX_EMPTY, 20) and page.evaluate(OUTBOX)
+    gate.answers.append(conflict)
+    result["refused_memo"] = refused = "refused by a 409 %s" % secrets.token_hex(3)
+    page.type_text(refused)
+    page.press_ctrl_enter()
+    gate.wait("document.getElementById('body').value !== '' && document.getElementById('state').textContent !== ''", 10)
+    result["after_conflict"] = state(page)
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    result["answers"] = gate.given
+
+
+def scenario_reasons(page, url, result):
+    """Sends fail, and the page says why: the server's 500, then no answer at all; the next memo the
+    server takes ends the warning. A too-long memo's warning goes once a later memo is taken."""
+    ready(page, url)
+    note = "document.getElementById('state')"
+    seen = lambda: page.evaluate("({code: %s.dataset.s || '', text: %s.textContent, shown: getComputedStyle(%s).display !== 'none'})"
+                                 % (note, note, note))
+    gate = SendGate(page, [(500, "application/json", '{"error":{"code":"internal","message":"…"}}'), "no answer"])
+    page.type_text("first %s" % secrets.token_hex(3))
+    page.press_ctrl_enter()
+    gate.wait("%s.textContent !== ''" % note, 10)
+    result["on_500"] = seen()
+    gate.wait("%s.dataset.s !== %s" % (note, json.dumps(result["on_500"]["code"])), 10)
+    result["on_no_answer"] = seen()
+    gate.wait(OUTBOX_EMPTY + " && %s.textContent === ''" % note, 20)
+    result["after_success"] = seen()
+    page.evaluate("(t => { t.value = 'long '.repeat(60000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))")
+    page.press_ctrl_enter()
+    gate.wait("%s.dataset.s === 'too_large' && %s.textContent !== ''" % (note, note), 15)
+    result["on_too_large"] = seen()
+    page.evaluate("(t => { t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })(document.getElementById('body'))")
+    result["memo"] = memo = "short one %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    gate.wait(OUTBOX_EMPTY + " && %s.textContent === ''" % note, 15)
+    time.sleep(0.3)
+    result["after_next"] = seen()
+    result["answers"] = gate.given
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_escapes(page, url, result):
+    """Memos of 200,000 bytes of quotes and control characters, without and with a subject: within the
+    server's cap as text, twice past it as JSON. Both must be taken. (Reduced motion: the fading copy
+    of 100,000 control characters alone takes Chromium seconds to lay out.)"""
+    page.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+    ready(page, url)
+    page.evaluate("(t => { t.value = '\"\\u0001'.repeat(100000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))", timeout=60)
+    result["length"] = page.evaluate("new TextEncoder().encode(document.getElementById('body').value).length")
+    page.press_ctrl_enter()
+    wait(page, OUTBOX_EMPTY, 20)
+    page.evaluate("document.getElementById('subject').focus()")
+    page.type_text("Quotes")
+    page.evaluate("(t => { t.value = '\"\\u0001'.repeat(100000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))", timeout=60)
+    page.press_ctrl_enter()   # in the subject field: subject and memo go
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["note"] = page.evaluate("document.getElementById('state').dataset.s || ''")
+    result["send_requests"] = [{k: r.get(k) for k in ("status", "headers")} for r in send_requests(page)]
+
+
 
 
 SCENARIOS = {
@@ -868,6 +993,9 @@ SCENARIOS = {
     "two_tabs": scenario_two_tabs,
     "tabs_draft": scenario_tabs_draft,
     "quota": scenario_quota,
+    "portal": scenario_portal,
+    "reasons": scenario_reasons,
+    "escapes": scenario_escapes,
 }
 
 if __name__ == "__main__":

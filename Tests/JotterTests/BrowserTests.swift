@@ -522,6 +522,62 @@ struct BrowserTests {
         #expect(transport.messages.map(\.body) == [memo])
     }
 
+    @Test("A captive portal's 200 is not the server's answer: the memo stays and goes later; a 409 brings it back")
+    func onlyTheServersAnswerForgetsAMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("portal", server: server, maildir: false, timeout: 60)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memo = try #require(seen["memo"].string), refused = try #require(seen["refused_memo"].string)
+        #expect(seen["answers"].array.first?.int == 200, "the portal never answered: \(seen["answers"])")
+        #expect(seen["left"].array.isEmpty && !seen["left"].isNull, "the memo never went: \(seen["left"])")
+        #expect(TestServer.waitUntil(timeout: 20) { !transport.messages.isEmpty })
+        #expect(transport.messages.map(\.body) == [memo], "\(transport.messages.map(\.body))")
+        #expect(seen["after_conflict"]["body"].string == refused, "the 409's memo: \(seen["after_conflict"])")
+        #expect(seen["after_conflict"]["outbox"].array.isEmpty)
+        #expect(seen["note"].string == (try Self.translations("en"))["state_refused"], "\(seen["note"])")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
+    @Test("While sends fail the page says why (the server's error, no answer); a memo taken ends each warning")
+    func thePageSaysWhySendsFail() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("reasons", server: server, maildir: false, timeout: 90)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let text = try Self.translations("en")
+        #expect(seen["answers"].array.prefix(2).map(\.description) == ["500", "no answer"], "\(seen["answers"])")
+        #expect(seen["on_500"]["text"].string == text["state_server_error"]?.replacingOccurrences(of: "{status}", with: "500"),
+                "\(seen["on_500"])")
+        #expect(seen["on_500"]["shown"].bool == true)
+        #expect(seen["on_no_answer"]["text"].string == text["state_unreachable"], "\(seen["on_no_answer"])")
+        #expect(seen["after_success"]["text"].string == "", "the warning stayed: \(seen["after_success"])")
+        #expect(seen["on_too_large"]["text"].string == text["state_too_large"], "\(seen["on_too_large"])")
+        #expect(seen["after_next"]["text"].string == "", "the warning stayed: \(seen["after_next"])")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
+    @Test("200,000 bytes of quotes and control characters go whole, without and with a subject (JSON doubled them)")
+    func escapingDoesNotCountAgainstTheCap() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("escapes", server: server, maildir: false, timeout: 60)
+        Self.expectClean(seen)
+        #expect(seen["length"].int == 200_000)
+        #expect(seen["send_requests"].array.map { $0["status"].int } == [204, 204], "\(seen["send_requests"])")
+        #expect(seen["note"].string == "", "\(seen["note"])")
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        let body = String(repeating: "\"\u{1}", count: 100_000)
+        #expect(transport.messages.map(\.body) == [body, body], "the memos changed on the way")
+        #expect(transport.messages.last?.subject == "Quotes")
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
