@@ -33,6 +33,7 @@ Scenarios:
   portal    /send answered by a captive portal's 200 page, then by a 409 (DevTools Fetch domain)
   reasons   /send answered 500, then not at all, then by the server; a 413, then a memo taken
   escapes   200,000 bytes of quotes and control characters, without and with a subject
+  saved_lang  the menu's language (jotter.lang) on the next visit, and with ?lang=
 """
 import argparse
 import email
@@ -968,6 +969,21 @@ def scenario_escapes(page, url, result):
     result["send_requests"] = [{k: r.get(k) for k in ("status", "headers")} for r in send_requests(page)]
 
 
+def scenario_saved_lang(page, url, result):
+    """The language chosen in the menu comes back on the next visit; ?lang= in the address still wins."""
+    ready(page, url)
+    result["first"] = page.evaluate("document.documentElement.lang")
+    page.evaluate("localStorage.setItem('jotter.lang', 'ja')")
+    ready(page, url)
+    page.type_text("typed at once")
+    wait(page, "document.documentElement.lang === 'ja'", 10)
+    result["again"] = page.evaluate("({lang: document.documentElement.lang, send: document.querySelector('#send span').textContent,"
+                                    " menu: document.getElementById('lang').value, location: location.href,"
+                                    " body: document.getElementById('body').value,"
+                                    " active: document.activeElement && document.activeElement.id})")
+    ready(page, url + "?lang=fr")
+    time.sleep(1)
+    result["with_query"] = page.evaluate("({lang: document.documentElement.lang, menu: document.getElementById('lang').value})")
 
 
 SCENARIOS = {
@@ -996,6 +1012,7 @@ SCENARIOS = {
     "portal": scenario_portal,
     "reasons": scenario_reasons,
     "escapes": scenario_escapes,
+    "saved_lang": scenario_saved_lang,
 }
 
 if __name__ == "__main__":

@@ -578,6 +578,21 @@ struct BrowserTests {
         #expect(transport.messages.last?.subject == "Quotes")
     }
 
+    @Test("The language chosen in the menu comes back on the next visit; ?lang= still wins")
+    func theChosenLanguageComesBack() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("saved_lang", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["first"].string == "en")
+        let again = seen["again"]
+        #expect(again["lang"].string == "ja" && again["menu"].string == "ja", "\(again)")
+        #expect(again["send"].string == (try Self.translations("ja"))["send"])
+        #expect(again["body"].string == "typed at once" && again["active"].string == "body", "\(again)")
+        #expect(seen["with_query"]["lang"].string == "fr" && seen["with_query"]["menu"].string == "fr", "\(seen["with_query"])")
+    }
+
     // MARK: Driver
 
     /// The driver's JSON, read by path: `seen["after"]["pending"]["hidden"].bool`. A missing key or
