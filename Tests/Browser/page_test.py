@@ -274,6 +274,8 @@ def scenario_send(page, url, result):
     page.press_ctrl_enter()
     result["after_keydown"] = state(page)   # right after the key event's dispatch returned
     settle(page, result)
+    wait(page, "document.getElementById('live').textContent !== ''", 10)
+    result["live"] = page.evaluate("document.getElementById('live').textContent")
 
 
 def scenario_subject(page, url, result):

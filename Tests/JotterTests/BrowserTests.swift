@@ -44,6 +44,8 @@ struct BrowserTests {
         #expect(posts.first?["headers"]["Idempotency-Key"].string?.isEmpty == false, "no Idempotency-Key")
         #expect(seen["settled"]["outbox"].array.isEmpty, "the page still holds: \(seen["settled"]["outbox"])")
         #expect(seen["settled"]["pending"]["hidden"].bool == true)
+        // A screen reader hears that the memo went (the live region; the page itself only empties).
+        #expect(seen["live"].string == (try Self.translations("en"))["announce_sent"], "announced: \(seen["live"])")
 
         try Self.expectDeliveredOnce(server, body: memo)
     }
