@@ -30,6 +30,7 @@ Scenarios:
   two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
   tabs_draft  A's unsent text opens in tab B, A sends it; then B's draft outlives a send in A
   quota     storage full for a long paste (413, back in the page); then a memo while sends fail, a reload
+  old_outbox  an earlier page's outbox (one list) and draft: the memos go, the draft comes back
   portal    /send answered by a captive portal's 200 page, then by a 409 (DevTools Fetch domain)
   reasons   /send answered 500, then not at all, then by the server; a 413, then a memo taken
   escapes   200,000 bytes of quotes and control characters, without and with a subject
@@ -988,6 +989,27 @@ def scenario_saved_lang(page, url, result):
     result["with_query"] = page.evaluate("({lang: document.documentElement.lang, menu: document.getElementById('lang').value})")
 
 
+def scenario_old_outbox(page, url, result):
+    """An earlier page left its outbox as one list (jotter.outbox) and its draft under jotter.draft:
+    the memos go, once each, and the draft comes back into the page."""
+    ready(page, url)
+    tag = secrets.token_hex(3)
+    result["memos"] = memos = ["queued before %s %d" % (tag, i) for i in range(2)]
+    old = [{"id": "%08x-0000-4000-8000-%012d" % (secrets.randbits(32), i), "subject": "", "body": m,
+            "created": 1000 + i, "tries": 3} for i, m in enumerate(memos)]
+    result["draft"] = draft = "old draft %s" % tag
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*"]})   # nothing goes until the page is loaded again
+    page.evaluate("localStorage.setItem('jotter.outbox', %s); localStorage.setItem('jotter.draft', %s)"
+                  % (json.dumps(json.dumps(old)), json.dumps(json.dumps({"subject": "", "body": draft}))))
+    page.send("Network.setBlockedURLs", {"urls": []})
+    ready(page, url)
+    wait(page, OUTBOX_EMPTY + " && document.getElementById('body').value !== ''", 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["old_key"] = page.evaluate("localStorage.getItem('jotter.outbox')")
+    result["send_requests"] = send_requests(page)
+
+
 SCENARIOS = {
     "send": scenario_send,
     "subject": scenario_subject,
@@ -1011,6 +1033,7 @@ SCENARIOS = {
     "two_tabs": scenario_two_tabs,
     "tabs_draft": scenario_tabs_draft,
     "quota": scenario_quota,
+    "old_outbox": scenario_old_outbox,
     "portal": scenario_portal,
     "reasons": scenario_reasons,
     "escapes": scenario_escapes,

@@ -485,6 +485,25 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == Int64(memos.count), "a memo was stored twice")
     }
 
+    @Test("An earlier page's outbox (one list) and draft: its memos go, once each, and the draft comes back")
+    func anEarlierPagesOutboxIsSent() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("old_outbox", server: server, maildir: false)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memos = seen["memos"].array.compactMap(\.string)
+        #expect(memos.count == 2)
+        #expect(seen["settled"]["outbox"].array.isEmpty, "\(seen["settled"]["outbox"])")
+        #expect(seen["old_key"].isNull, "the old list is still there: \(seen["old_key"])")
+        #expect(seen["settled"]["body"].string == seen["draft"].string, "the draft: \(seen["settled"]["body"])")
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == memos, "\(transport.messages.map(\.body))")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
     @Test("A tab showing the text another tab sends clears it; a tab's own draft outlives a send in another")
     func draftsBelongToTheirTab() throws {
         let directory = TemporaryDirectory()
