@@ -33,6 +33,7 @@ Scenarios:
   old_outbox  an earlier page's outbox (one list) and draft: the memos go, the draft comes back
   portal    /send answered by a captive portal's 200 page, then by a 409 (DevTools Fetch domain)
   reasons   /send answered 500, then not at all, then by the server; a 413, then a memo taken
+  unreachable_cold  /send and /i18n/ unreachable from the start: a send still says why
   escapes   200,000 bytes of quotes and control characters, without and with a subject
   saved_lang  the menu's language (jotter.lang) on the next visit, and with ?lang=
 """
@@ -1010,6 +1011,18 @@ def scenario_old_outbox(page, url, result):
     result["send_requests"] = send_requests(page)
 
 
+def scenario_unreachable_cold(page, url, result):
+    """The server is gone before the page could fetch its strings (/i18n/ too is unreachable): a failed
+    send still says why, in the page's language."""
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*", "*/i18n/*"]})
+    ready(page, url + "?lang=de")
+    page.type_text("sent into the void")
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').textContent !== ''", 10)
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    result["pending"] = len(page.evaluate(OUTBOX))
+
+
 SCENARIOS = {
     "send": scenario_send,
     "subject": scenario_subject,
@@ -1036,6 +1049,7 @@ SCENARIOS = {
     "old_outbox": scenario_old_outbox,
     "portal": scenario_portal,
     "reasons": scenario_reasons,
+    "unreachable_cold": scenario_unreachable_cold,
     "escapes": scenario_escapes,
     "saved_lang": scenario_saved_lang,
 }

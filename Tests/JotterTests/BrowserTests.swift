@@ -581,6 +581,19 @@ struct BrowserTests {
         #expect(try server.outbox.history.acceptedCount() == 2)
     }
 
+    @Test("With the server gone before the page fetched its strings, a failed send still says why, in its language")
+    func noAnswerIsSaidWithoutTheStrings() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("unreachable_cold", server: server, maildir: false)
+        Self.expectClean(seen, allowing: { entry in
+            Self.sendFailures(entry) || entry["url"].string?.contains("/i18n/") == true
+        })
+        #expect(seen["note"].string == (try Self.translations("de"))["state_unreachable"], "\(seen["note"])")
+        #expect(seen["pending"].int == 1)
+    }
+
     @Test("200,000 bytes of quotes and control characters go whole, without and with a subject (JSON doubled them)")
     func escapingDoesNotCountAgainstTheCap() throws {
         let directory = TemporaryDirectory()
