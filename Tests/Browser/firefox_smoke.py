@@ -250,8 +250,9 @@ return { active: document.activeElement ? (document.activeElement.id || document
 STATE = """
 const t = document.getElementById('body');
 let outbox = null;
-try { outbox = localStorage.getItem('jotter.outbox'); } catch (e) {}
-try { outbox = outbox ? JSON.parse(outbox) : []; } catch (e) { outbox = 'not JSON'; }
+try {   // one key per unsent memo (jotter.outbox.ID)
+  outbox = Object.keys(localStorage).filter(k => k.startsWith('jotter.outbox.')).map(k => JSON.parse(localStorage.getItem(k)));
+} catch (e) { outbox = 'unreadable: ' + e; }
 return { body: t ? t.value : null,
          active: document.activeElement ? (document.activeElement.id || document.activeElement.tagName) : null,
          outbox: outbox, ms_after_load: %s, probe: window.__smoke || null };
@@ -261,7 +262,7 @@ READY = "return !document.getElementById('foot').hidden"
 
 SETTLED = """
 const s = window.__smoke;
-return !localStorage.getItem('jotter.outbox') && s.fetches.some(f => f.url.endsWith('/send') && f.status !== null);
+return !Object.keys(localStorage).some(k => k.startsWith('jotter.outbox')) && s.fetches.some(f => f.url.endsWith('/send') && f.status !== null);
 """
 
 RESOURCES = """

@@ -27,6 +27,15 @@ Scenarios:
   undo      the server holds memos for an undo window: send, press Undo, the text comes back
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
+  two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
+  tabs_draft  A's unsent text opens in tab B, A sends it; then B's draft outlives a send in A
+  quota     storage full for a long paste (413, back in the page); then a memo while sends fail, a reload
+  old_outbox  an earlier page's outbox (one list) and draft: the memos go, the draft comes back
+  portal    /send answered by a captive portal's 200 page, then by a 409 (DevTools Fetch domain)
+  reasons   /send answered 500, then not at all, then by the server; a 413, then a memo taken
+  unreachable_cold  /send and /i18n/ unreachable from the start: a send still says why
+  escapes   200,000 bytes of quotes and control characters, without and with a subject
+  saved_lang  the menu's language (jotter.lang) on the next visit, and with ?lang=
 """
 import argparse
 import email
@@ -84,14 +93,27 @@ PROBE = r"""
 })();
 """
 
+# The page's outbox: one key per unsent memo (jotter.outbox.ID), oldest first; the same order as the page's.
+OUTBOX = r"""
+(() => { try {
+  return Object.keys(localStorage).filter(k => k.startsWith('jotter.outbox.'))
+    .map(k => JSON.parse(localStorage.getItem(k))).sort((a, b) => a.created - b.created || (a.id < b.id ? -1 : 1));
+} catch (e) { return 'unreadable: ' + e; } })()
+"""
+# True when the outbox is empty (the server has every memo).
+OUTBOX_EMPTY = "!Object.keys(localStorage).some(k => k.startsWith('jotter.outbox'))"
+# The newest draft any tab keeps (jotter.draft.TAB), or null.
+DRAFT = r"""
+(() => Object.keys(localStorage).filter(k => k.startsWith('jotter.draft'))
+  .map(k => JSON.parse(localStorage.getItem(k))).sort((a, b) => (b.at || 0) - (a.at || 0))[0] || null)()
+"""
+
 STATE = r"""
 (() => {
   const $ = id => document.getElementById(id);
   const body = $('body'), subject = $('subject'), pending = $('pending');
   const read = key => { try { return localStorage.getItem(key); } catch (e) { return 'unreadable: ' + e; } };
-  const outbox = read('jotter.outbox');
-  let parsed = null;
-  try { parsed = outbox ? JSON.parse(outbox) : []; } catch (e) { parsed = 'not JSON'; }
+  const parsed = """ + OUTBOX.strip() + r""";
   return {
     body: body ? body.value : null,
     subject: subject ? subject.value : null,
@@ -218,7 +240,7 @@ def settle(page, result):
     """After a send: wait until the page's outbox is empty, then a moment more (a second POST, if the
     page sent one, would show up), and record the final state and every POST /send."""
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=20)
+        page.wait_for(OUTBOX_EMPTY, timeout=20)
     except cdp.CDPError:
         pass
     time.sleep(0.3)
@@ -254,6 +276,8 @@ def scenario_send(page, url, result):
     page.press_ctrl_enter()
     result["after_keydown"] = state(page)   # right after the key event's dispatch returned
     settle(page, result)
+    wait(page, "document.getElementById('live').textContent !== ''", 10)
+    result["live"] = page.evaluate("document.getElementById('live').textContent")
 
 
 def scenario_subject(page, url, result):
@@ -301,14 +325,14 @@ def scenario_restart(page, url, result):
     # comes back to the tab (another tab in front, then this one again): visibilitychange and focus.
     result["delivered_by"] = None
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=10, interval=0.05)
+        page.wait_for(OUTBOX_EMPTY, timeout=10, interval=0.05)
         result["delivered_by"] = "backoff"
     except cdp.CDPError:
         other = page.hide_by_other_tab()
         time.sleep(0.2)
         page.show(other)
         try:
-            page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15, interval=0.05)
+            page.wait_for(OUTBOX_EMPTY, timeout=15, interval=0.05)
             result["delivered_by"] = "focus"
         except cdp.CDPError:
             pass
@@ -432,7 +456,7 @@ def scenario_share_with_draft(page, url, result):
     except cdp.CDPError:
         pass
     page.type_text("Unsent draft")
-    result["draft"] = page.evaluate("localStorage.getItem('jotter.draft')")
+    result["draft"] = json.dumps(page.evaluate(DRAFT))
     load(page, url + "?text=Read%20this%20later")
     try:
         page.wait_for("!document.getElementById('foot').hidden", timeout=10)
@@ -440,7 +464,7 @@ def scenario_share_with_draft(page, url, result):
         pass
     result["after"] = page.evaluate(
         "({subject: document.getElementById('subject').value, body: document.getElementById('body').value,"
-        " draft: localStorage.getItem('jotter.draft')})")
+        " draft: JSON.stringify(%s)})" % DRAFT.strip())
 
 
 def send_then_undo(page, memo, result, typed_since=None):
@@ -508,7 +532,7 @@ def scenario_too_large(page, url, result):
         pass
     result["note"] = page.evaluate("document.getElementById('state').textContent")
     result["body_length"] = page.evaluate("document.getElementById('body').value.length")
-    result["pending"] = page.evaluate("JSON.parse(localStorage.getItem('jotter.outbox') || '[]').length")
+    result["pending"] = len(page.evaluate(OUTBOX))
     result["send_statuses"] = [r.get("status") for r in send_requests(page)]
 
 
@@ -584,7 +608,7 @@ def scenario_destination(page, url, result):
     load(page, url)
     page.wait_for("!document.getElementById('foot').hidden", timeout=10)
     send_new_memo(page, result, "Sent before the address")
-    page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=15)
+    page.wait_for(OUTBOX_EMPTY, timeout=15)
     await_caller("memo-held", result)
     # The page looks at /healthz a moment after a send; a reload asks at once.
     load(page, url)
@@ -694,6 +718,311 @@ def scenario_nojs(page, url, result):
     result["form_posts"] = [r for r in page.requests if r["method"] == "POST"]
 
 
+# -- several tabs, and answers that are not the server's ---------------------------------------------
+
+
+def ready(page, url):
+    """Loads `url` and waits until the page's script has started (the footer shows)."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=15)
+
+
+def other_tab(page, url):
+    """A second tab of the same browser, in a window of its own (so a process of its own, as a user's
+    second window is), with the page loaded."""
+    tab = page.browser.new_page(new_window=True)
+    ready(tab, url)
+    return tab
+
+
+def wait(page, expression, timeout):
+    """Whether `expression` became true within `timeout` seconds (a miss is an observation, not an error)."""
+    try:
+        page.wait_for(expression, timeout=timeout, interval=0.05)
+        return True
+    except cdp.CDPError:
+        return False
+
+
+def text_of(page, selector_id):
+    return page.evaluate("document.getElementById(%s).value" % json.dumps(selector_id))
+
+
+def tab_problems(tab):
+    return {"tab_problems": tab.problems(), "tab_send_requests": send_requests(tab)}
+
+
+class SendGate:
+    """Answers the page's POST /send at the network (the DevTools Fetch domain), as a captive portal,
+    a proxy or a stopped server would: each request gets the next of `answers` — (status, content type,
+    body), or "no answer" (connection refused) — and once they are used up requests reach the server."""
+
+    def __init__(self, page, answers):
+        self.page, self.answers, self.seen, self.given = page, list(answers), len(page.events), []
+        page.send("Fetch.enable", {"patterns": [{"urlPattern": "*/send*", "requestStage": "Request"}]})
+
+    def pump(self):
+        events = self.page.events
+        while self.seen < len(events):
+            _, method, params = events[self.seen]
+            self.seen += 1
+            if method != "Fetch.requestPaused":
+                continue
+            rid = params["requestId"]
+            answer = self.answers.pop(0) if self.answers else None
+            if answer is None:
+                self.page.send("Fetch.continueRequest", {"requestId": rid})
+                self.given.append("server")
+            elif answer == "no answer":
+                self.page.send("Fetch.failRequest", {"requestId": rid, "errorReason": "ConnectionRefused"})
+                self.given.append(answer)
+            else:
+                status, kind, body = answer
+                self.page.send("Fetch.fulfillRequest", {
+                    "requestId": rid, "responseCode": status,
+                    "responseHeaders": [{"name": "Content-Type", "value": kind}],
+                    "body": base64.b64encode(body.encode()).decode()})
+                self.given.append(status)
+
+    def wait(self, expression, timeout):
+        """Answers requests until `expression` is true in the page; whether it became true in time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.pump()
+            if self.page.evaluate(expression):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
+def scenario_two_tabs(page, url, result):
+    """Two tabs of one browser: tab A queues memos while sends fail; then, sends working again, tab B
+    drains the backlog while A adds more. Every memo must reach the server, each once."""
+    tag = secrets.token_hex(3)
+    ready(page, url)
+    other = other_tab(page, url)
+    for tab in (page, other):
+        tab.send("Network.setBlockedURLs", {"urls": ["*/send*"]})
+    memos = []
+    for i in range(30):
+        memos.append("backlog %02d %s" % (i, tag))
+        page.type_text(memos[-1])
+        page.press_ctrl_enter()
+    result["queued"] = len(page.evaluate(OUTBOX))
+    for tab in (page, other):
+        tab.send("Network.setBlockedURLs", {"urls": []})
+        tab.evaluate("dispatchEvent(new Event('online'))")   # as a browser does in every tab
+    for i in range(15):
+        memos.append("new %02d %s" % (i, tag))
+        page.type_text(memos[-1])
+        page.press_ctrl_enter()
+    result["memos"] = memos
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (page.evaluate(OUTBOX_EMPTY) and other.evaluate(OUTBOX_EMPTY)):
+        for tab in (page, other):
+            tab.evaluate("dispatchEvent(new Event('online'))")
+        time.sleep(0.2)
+    result["left"] = page.evaluate(OUTBOX)
+    result["send_requests"] = send_requests(page)
+    result.update(tab_problems(other))
+
+
+def scenario_tabs_draft(page, url, result):
+    """Tab A's unsent text opens in a new tab B; A sends it: B's copy goes (sending it from B would
+    store it twice). Then B's own draft outlives a send in A, and a tab opened after B closed gets it."""
+    tag = secrets.token_hex(3)
+    ready(page, url)
+    result["memo"] = memo = "memo typed in A " + tag
+    page.type_text(memo)
+    other = other_tab(page, url)
+    wait(other, "document.getElementById('body').value !== ''", 10)
+    result["b_opened_with"] = text_of(other, "body")
+    page.press_ctrl_enter()
+    wait(other, "document.getElementById('body').value === ''", 10)
+    result["b_after_a_sent"] = text_of(other, "body")
+    other.press_ctrl_enter()   # whatever B still shows goes too
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["draft"] = draft = "long draft in B " + tag
+    other.type_text(draft)
+    result["quick"] = quick = "quick memo from A " + tag
+    page.type_text(quick)
+    page.press_ctrl_enter()
+    wait(page, OUTBOX_EMPTY, 20)
+    result.update(tab_problems(other))
+    page.browser.send("Target.closeTarget", {"targetId": other.target_id})
+    third = page.browser.new_page()
+    ready(third, url)
+    wait(third, "document.getElementById('body').value !== ''", 10)
+    result["c_opened_with"] = text_of(third, "body")
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_quota(page, url, result):
+    """Storage refuses one memo (the quota: storage is all but full, and the memo is a long paste, which
+    the server then refuses too, 413, so it comes back); storage then has room again. Sends fail (the
+    server unreachable) and a short memo is sent: it is kept in storage, not only in the tab, so a
+    reload still has it; it goes once sends work."""
+    ready(page, url)
+    result["filled"] = page.evaluate("""(() => {
+      let n = 0;
+      for (const size of [1 << 20, 1 << 16, 1 << 12, 1 << 8])
+        try { for (;;) localStorage.setItem('test.filler.' + n++, 'f'.repeat(size)); } catch (e) {}
+      return n;
+    })()""", timeout=60)
+    page.evaluate("(t => { t.value = 'long '.repeat(60000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))")
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').textContent !== ''", 30)
+    result["note_big"] = page.evaluate("document.getElementById('state').dataset.s")
+    page.evaluate("(t => { t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })(document.getElementById('body'))")
+    page.evaluate("Object.keys(localStorage).forEach(k => k.startsWith('test.filler.') && localStorage.removeItem(k))")
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*"]})
+    result["memo"] = memo = "important note typed while sends fail %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').dataset.s !== 'too_large'", 10)
+    result["note_after"] = page.evaluate("document.getElementById('state').dataset.s")
+    result["stored"] = page.evaluate(OUTBOX)
+    ready(page, url)
+    result["after_reload"] = page.evaluate(OUTBOX)
+    page.send("Network.setBlockedURLs", {"urls": []})
+    page.evaluate("dispatchEvent(new Event('online'))")
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_portal(page, url, result):
+    """Something else answers /send: a captive portal's 200 page (the memo must stay and go later),
+    then a 409 (the memo must come back into the page, with a word)."""
+    ready(page, url)
+    portal = (200, "text/html", "<!doctype html><title>Sign in to the Wi-Fi</title><form>…</form>")
+    conflict = (409, "application/json", '{"error":{"code":"idempotency_conflict","message":"…"}}')
+    gate = SendGate(page, [portal])
+    result["memo"] = memo = "through the portal %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    # The portal's page is no word from the server: the memo stays, and goes once the server answers.
+    gate.wait("%s && false" % OUTBOX_EMPTY, 0)
+    result["left"] = gate.wait(OUTBOX_EMPTY, 20) and page.evaluate(OUTBOX)
+    gate.answers.append(conflict)
+    result["refused_memo"] = refused = "refused by a 409 %s" % secrets.token_hex(3)
+    page.type_text(refused)
+    page.press_ctrl_enter()
+    gate.wait("document.getElementById('body').value !== '' && document.getElementById('state').textContent !== ''", 10)
+    result["after_conflict"] = state(page)
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    result["answers"] = gate.given
+
+
+def scenario_reasons(page, url, result):
+    """Sends fail, and the page says why: the server's 500, then no answer at all; the next memo the
+    server takes ends the warning. A too-long memo's warning goes once a later memo is taken."""
+    ready(page, url)
+    note = "document.getElementById('state')"
+    seen = lambda: page.evaluate("({code: %s.dataset.s || '', text: %s.textContent, shown: getComputedStyle(%s).display !== 'none'})"
+                                 % (note, note, note))
+    gate = SendGate(page, [(500, "application/json", '{"error":{"code":"internal","message":"…"}}'), "no answer"])
+    page.type_text("first %s" % secrets.token_hex(3))
+    page.press_ctrl_enter()
+    gate.wait("%s.textContent !== ''" % note, 10)
+    result["on_500"] = seen()
+    gate.wait("%s.dataset.s !== %s" % (note, json.dumps(result["on_500"]["code"])), 10)
+    result["on_no_answer"] = seen()
+    gate.wait(OUTBOX_EMPTY + " && %s.textContent === ''" % note, 20)
+    result["after_success"] = seen()
+    page.evaluate("(t => { t.value = 'long '.repeat(60000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))")
+    page.press_ctrl_enter()
+    gate.wait("%s.dataset.s === 'too_large' && %s.textContent !== ''" % (note, note), 15)
+    result["on_too_large"] = seen()
+    page.evaluate("(t => { t.value = ''; t.dispatchEvent(new Event('input', {bubbles: true})); })(document.getElementById('body'))")
+    result["memo"] = memo = "short one %s" % secrets.token_hex(3)
+    page.type_text(memo)
+    page.press_ctrl_enter()
+    gate.wait(OUTBOX_EMPTY + " && %s.textContent === ''" % note, 15)
+    time.sleep(0.3)
+    result["after_next"] = seen()
+    result["answers"] = gate.given
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_escapes(page, url, result):
+    """Memos of 200,000 bytes of quotes and control characters, without and with a subject: within the
+    server's cap as text, twice past it as JSON. Both must be taken. (Reduced motion: the fading copy
+    of 100,000 control characters alone takes Chromium seconds to lay out.)"""
+    page.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+    ready(page, url)
+    page.evaluate("(t => { t.value = '\"\\u0001'.repeat(100000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))", timeout=60)
+    result["length"] = page.evaluate("new TextEncoder().encode(document.getElementById('body').value).length")
+    page.press_ctrl_enter()
+    wait(page, OUTBOX_EMPTY, 20)
+    page.evaluate("document.getElementById('subject').focus()")
+    page.type_text("Quotes")
+    page.evaluate("(t => { t.value = '\"\\u0001'.repeat(100000); t.dispatchEvent(new Event('input', {bubbles: true})); })"
+                  "(document.getElementById('body'))", timeout=60)
+    page.press_ctrl_enter()   # in the subject field: subject and memo go
+    wait(page, OUTBOX_EMPTY, 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["note"] = page.evaluate("document.getElementById('state').dataset.s || ''")
+    result["send_requests"] = [{k: r.get(k) for k in ("status", "headers")} for r in send_requests(page)]
+
+
+def scenario_saved_lang(page, url, result):
+    """The language chosen in the menu comes back on the next visit; ?lang= in the address still wins."""
+    ready(page, url)
+    result["first"] = page.evaluate("document.documentElement.lang")
+    page.evaluate("localStorage.setItem('jotter.lang', 'ja')")
+    ready(page, url)
+    page.type_text("typed at once")
+    wait(page, "document.documentElement.lang === 'ja'", 10)
+    result["again"] = page.evaluate("({lang: document.documentElement.lang, send: document.querySelector('#send span').textContent,"
+                                    " menu: document.getElementById('lang').value, location: location.href,"
+                                    " body: document.getElementById('body').value,"
+                                    " active: document.activeElement && document.activeElement.id})")
+    ready(page, url + "?lang=fr")
+    time.sleep(1)
+    result["with_query"] = page.evaluate("({lang: document.documentElement.lang, menu: document.getElementById('lang').value})")
+
+
+def scenario_old_outbox(page, url, result):
+    """An earlier page left its outbox as one list (jotter.outbox) and its draft under jotter.draft:
+    the memos go, once each, and the draft comes back into the page."""
+    ready(page, url)
+    tag = secrets.token_hex(3)
+    result["memos"] = memos = ["queued before %s %d" % (tag, i) for i in range(2)]
+    old = [{"id": "%08x-0000-4000-8000-%012d" % (secrets.randbits(32), i), "subject": "", "body": m,
+            "created": 1000 + i, "tries": 3} for i, m in enumerate(memos)]
+    result["draft"] = draft = "old draft %s" % tag
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*"]})   # nothing goes until the page is loaded again
+    page.evaluate("localStorage.setItem('jotter.outbox', %s); localStorage.setItem('jotter.draft', %s)"
+                  % (json.dumps(json.dumps(old)), json.dumps(json.dumps({"subject": "", "body": draft}))))
+    page.send("Network.setBlockedURLs", {"urls": []})
+    ready(page, url)
+    wait(page, OUTBOX_EMPTY + " && document.getElementById('body').value !== ''", 20)
+    time.sleep(0.3)
+    result["settled"] = state(page)
+    result["old_key"] = page.evaluate("localStorage.getItem('jotter.outbox')")
+    result["send_requests"] = send_requests(page)
+
+
+def scenario_unreachable_cold(page, url, result):
+    """The server is gone before the page could fetch its strings (/i18n/ too is unreachable): a failed
+    send still says why, in the page's language."""
+    page.send("Network.setBlockedURLs", {"urls": ["*/send*", "*/i18n/*"]})
+    ready(page, url + "?lang=de")
+    page.type_text("sent into the void")
+    page.press_ctrl_enter()
+    wait(page, "document.getElementById('state').textContent !== ''", 10)
+    result["note"] = page.evaluate("document.getElementById('state').textContent")
+    result["pending"] = len(page.evaluate(OUTBOX))
+
+
 SCENARIOS = {
     "send": scenario_send,
     "subject": scenario_subject,
@@ -714,6 +1043,15 @@ SCENARIOS = {
     "share_with_draft": scenario_share_with_draft,
     "undo_setting": scenario_undo_setting,
     "destination": scenario_destination,
+    "two_tabs": scenario_two_tabs,
+    "tabs_draft": scenario_tabs_draft,
+    "quota": scenario_quota,
+    "old_outbox": scenario_old_outbox,
+    "portal": scenario_portal,
+    "reasons": scenario_reasons,
+    "unreachable_cold": scenario_unreachable_cold,
+    "escapes": scenario_escapes,
+    "saved_lang": scenario_saved_lang,
 }
 
 if __name__ == "__main__":

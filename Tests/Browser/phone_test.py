@@ -94,13 +94,17 @@ STATE = r"""
   const read = key => { try { return localStorage.getItem(key); } catch (e) { return null; } };
   const parse = v => { try { return v ? JSON.parse(v) : null; } catch (e) { return 'not JSON'; } };
   const shown = e => !e.hidden && getComputedStyle(e).display !== 'none';
-  const note = $('state'), style = getComputedStyle(note), outbox = parse(read('jotter.outbox')) || [];
+  // The page keeps one key per unsent memo (jotter.outbox.ID) and one draft per tab (jotter.draft.TAB).
+  const all = pre => { try { return Object.keys(localStorage).filter(k => k.startsWith(pre)).map(k => parse(read(k))); }
+                       catch (e) { return []; } };
+  const outbox = all('jotter.outbox.').sort((a, b) => a.created - b.created || (a.id < b.id ? -1 : 1));
+  const note = $('state'), style = getComputedStyle(note);
   return {
     started: !$('foot').hidden,
     state: { code: note.dataset.s || null, text: note.textContent, cls: note.className,
              display: style.display, opacity: parseFloat(style.opacity) },
-    outbox: Array.isArray(outbox) ? outbox.map(m => ({ subject: m.subject, body: m.body, tries: m.tries })) : outbox,
-    draft: parse(read('jotter.draft')),
+    outbox: outbox.map(m => ({ subject: m.subject, body: m.body })),
+    draft: all('jotter.draft').sort((a, b) => (b.at || 0) - (a.at || 0))[0] || null,
     token_stored: !!read('jotter.token'),
     subject: $('subject').value,
     body: $('body').value,
@@ -267,7 +271,7 @@ def wait_outbox_empty(page, timeout=15):
     """Seconds until the page's outbox is empty, or None."""
     start = time.monotonic()
     try:
-        page.wait_for("!localStorage.getItem('jotter.outbox')", timeout=timeout, interval=0.05)
+        page.wait_for("!Object.keys(localStorage).some(k => k.startsWith('jotter.outbox'))", timeout=timeout, interval=0.05)
     except cdp.CDPError:
         return None
     return round(time.monotonic() - start, 2)

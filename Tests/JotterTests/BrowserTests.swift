@@ -44,6 +44,8 @@ struct BrowserTests {
         #expect(posts.first?["headers"]["Idempotency-Key"].string?.isEmpty == false, "no Idempotency-Key")
         #expect(seen["settled"]["outbox"].array.isEmpty, "the page still holds: \(seen["settled"]["outbox"])")
         #expect(seen["settled"]["pending"]["hidden"].bool == true)
+        // A screen reader hears that the memo went (the live region; the page itself only empties).
+        #expect(seen["live"].string == (try Self.translations("en"))["announce_sent"], "announced: \(seen["live"])")
 
         try Self.expectDeliveredOnce(server, body: memo)
     }
@@ -446,6 +448,183 @@ struct BrowserTests {
             ((try? relay.mails(to: address)) ?? []).contains { RelayServer.sameBody($0.message["body"], memo) }
         }, "the memo did not reach the address")
         #expect(try relay.mails(to: address).filter { RelayServer.sameBody($0.message["body"], memo) }.count == 1)
+    }
+
+    // MARK: Several tabs, and answers that are not the server's
+
+    /// Failed sends are what these scenarios are about: network entries for /send (a refused or
+    /// blocked connection, a status the test gave) are expected; anything else is not.
+    static func sendFailures(_ entry: Observed) -> Bool {
+        entry["source"].string == "network" && (entry["url"].string.map { $0.hasSuffix("/send") } ?? false)
+    }
+
+    /// The other tab logged no exception and no console error either.
+    static func expectOtherTabClean(_ seen: Observed, sourceLocation: SourceLocation = #_sourceLocation) {
+        let problems = seen["tab_problems"]
+        #expect(problems["exceptions"].array.isEmpty && problems["console_errors"].array.isEmpty,
+                "the other tab: \(problems)", sourceLocation: sourceLocation)
+        #expect(problems["log_errors"].array.filter { !sendFailures($0) }.isEmpty, "the other tab: \(problems)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test("Two tabs: one drains the backlog while the other adds memos; every memo reaches the server, once")
+    func twoTabsLoseNoMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("two_tabs", server: server, maildir: false, timeout: 150)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        Self.expectOtherTabClean(seen)
+        let memos = seen["memos"].array.compactMap(\.string)
+        #expect(memos.count == 45 && seen["queued"].int == 30, "\(seen["queued"]) queued of \(memos.count)")
+        #expect(seen["left"].array.isEmpty, "still in the page: \(seen["left"])")
+        #expect(TestServer.waitUntil(timeout: 30) { transport.messages.count >= memos.count })
+        let delivered = transport.messages.map(\.subject)
+        #expect(Set(delivered) == Set(memos), "missing: \(Set(memos).subtracting(delivered).sorted())")
+        #expect(try server.outbox.history.acceptedCount() == Int64(memos.count), "a memo was stored twice")
+    }
+
+    @Test("An earlier page's outbox (one list) and draft: its memos go, once each, and the draft comes back")
+    func anEarlierPagesOutboxIsSent() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("old_outbox", server: server, maildir: false)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memos = seen["memos"].array.compactMap(\.string)
+        #expect(memos.count == 2)
+        #expect(seen["settled"]["outbox"].array.isEmpty, "\(seen["settled"]["outbox"])")
+        #expect(seen["old_key"].isNull, "the old list is still there: \(seen["old_key"])")
+        #expect(seen["settled"]["body"].string == seen["draft"].string, "the draft: \(seen["settled"]["body"])")
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == memos, "\(transport.messages.map(\.body))")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
+    @Test("A tab showing the text another tab sends clears it; a tab's own draft outlives a send in another")
+    func draftsBelongToTheirTab() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("tabs_draft", server: server, maildir: false, timeout: 90)
+        Self.expectClean(seen)
+        Self.expectOtherTabClean(seen)
+        let memo = try #require(seen["memo"].string), quick = try #require(seen["quick"].string)
+        #expect(seen["b_opened_with"].string == memo, "the new tab did not get the draft: \(seen["b_opened_with"])")
+        #expect(seen["b_after_a_sent"].string == "", "tab B still shows what A sent: \(seen["b_after_a_sent"])")
+        #expect(seen["c_opened_with"].string == seen["draft"].string, "B's draft was lost: \(seen["c_opened_with"])")
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == [memo, quick], "\(transport.messages.map(\.body))")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
+    @Test("After a paste the storage quota refused, later memos are kept in storage again: a reload keeps them")
+    func storageIsTriedAgainAfterTheQuota() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("quota", server: server, maildir: false, timeout: 120)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memo = try #require(seen["memo"].string)
+        #expect(seen["note_big"].string == "too_large", "\(seen["note_big"])")
+        #expect(seen["note_after"].string != "no_storage", "the page says storage refuses memos: it takes them")
+        #expect(seen["stored"].array.compactMap { $0["body"].string } == [memo], "in storage: \(seen["stored"])")
+        #expect(seen["after_reload"].array.compactMap { $0["body"].string } == [memo],
+                "after a reload: \(seen["after_reload"])")
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        #expect(TestServer.waitUntil(timeout: 20) { !transport.messages.isEmpty })
+        usleep(300_000)
+        #expect(transport.messages.map(\.body) == [memo])
+    }
+
+    @Test("A captive portal's 200 is not the server's answer: the memo stays and goes later; a 409 brings it back")
+    func onlyTheServersAnswerForgetsAMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("portal", server: server, maildir: false, timeout: 60)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let memo = try #require(seen["memo"].string), refused = try #require(seen["refused_memo"].string)
+        #expect(seen["answers"].array.first?.int == 200, "the portal never answered: \(seen["answers"])")
+        #expect(seen["left"].array.isEmpty && !seen["left"].isNull, "the memo never went: \(seen["left"])")
+        #expect(TestServer.waitUntil(timeout: 20) { !transport.messages.isEmpty })
+        #expect(transport.messages.map(\.body) == [memo], "\(transport.messages.map(\.body))")
+        #expect(seen["after_conflict"]["body"].string == refused, "the 409's memo: \(seen["after_conflict"])")
+        #expect(seen["after_conflict"]["outbox"].array.isEmpty)
+        #expect(seen["note"].string == (try Self.translations("en"))["state_refused"], "\(seen["note"])")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
+    @Test("While sends fail the page says why (the server's error, no answer); a memo taken ends each warning")
+    func thePageSaysWhySendsFail() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("reasons", server: server, maildir: false, timeout: 90)
+        Self.expectClean(seen, allowing: Self.sendFailures)
+        let text = try Self.translations("en")
+        #expect(seen["answers"].array.prefix(2).map(\.description) == ["500", "no answer"], "\(seen["answers"])")
+        #expect(seen["on_500"]["text"].string == text["state_server_error"]?.replacingOccurrences(of: "{status}", with: "500"),
+                "\(seen["on_500"])")
+        #expect(seen["on_500"]["shown"].bool == true)
+        #expect(seen["on_no_answer"]["text"].string == text["state_unreachable"], "\(seen["on_no_answer"])")
+        #expect(seen["after_success"]["text"].string == "", "the warning stayed: \(seen["after_success"])")
+        #expect(seen["on_too_large"]["text"].string == text["state_too_large"], "\(seen["on_too_large"])")
+        #expect(seen["after_next"]["text"].string == "", "the warning stayed: \(seen["after_next"])")
+        #expect(try server.outbox.history.acceptedCount() == 2)
+    }
+
+    @Test("With the server gone before the page fetched its strings, a failed send still says why, in its language")
+    func noAnswerIsSaidWithoutTheStrings() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("unreachable_cold", server: server, maildir: false)
+        Self.expectClean(seen, allowing: { entry in
+            Self.sendFailures(entry) || entry["url"].string?.contains("/i18n/") == true
+        })
+        #expect(seen["note"].string == (try Self.translations("de"))["state_unreachable"], "\(seen["note"])")
+        #expect(seen["pending"].int == 1)
+    }
+
+    @Test("200,000 bytes of quotes and control characters go whole, without and with a subject (JSON doubled them)")
+    func escapingDoesNotCountAgainstTheCap() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("escapes", server: server, maildir: false, timeout: 60)
+        Self.expectClean(seen)
+        #expect(seen["length"].int == 200_000)
+        #expect(seen["send_requests"].array.map { $0["status"].int } == [204, 204], "\(seen["send_requests"])")
+        #expect(seen["note"].string == "", "\(seen["note"])")
+        #expect(seen["settled"]["outbox"].array.isEmpty)
+        #expect(TestServer.waitUntil(timeout: 20) { transport.messages.count >= 2 })
+        let body = String(repeating: "\"\u{1}", count: 100_000)
+        #expect(transport.messages.map(\.body) == [body, body], "the memos changed on the way")
+        #expect(transport.messages.last?.subject == "Quotes")
+    }
+
+    @Test("The language chosen in the menu comes back on the next visit; ?lang= still wins")
+    func theChosenLanguageComesBack() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("saved_lang", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["first"].string == "en")
+        let again = seen["again"]
+        #expect(again["lang"].string == "ja" && again["menu"].string == "ja", "\(again)")
+        #expect(again["send"].string == (try Self.translations("ja"))["send"])
+        #expect(again["body"].string == "typed at once" && again["active"].string == "body", "\(again)")
+        #expect(seen["with_query"]["lang"].string == "fr" && seen["with_query"]["menu"].string == "fr", "\(seen["with_query"])")
     }
 
     // MARK: Driver
