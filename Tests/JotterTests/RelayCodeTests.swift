@@ -247,7 +247,10 @@ import Testing
 
     @Test(arguments: RelayStoreKind.available)
     func codeRequestsAreLimitedPerIPAddressAndARefusalSpendsNothing(store kind: RelayStoreKind) throws {
-        let fixture = try Fixture(kind) { $0.limits.codeRequestsPerIPHour = 3 }
+        let fixture = try Fixture(kind) {
+            $0.limits.codeRequestsPerIPHour = 3
+            $0.limits.codeRequestsPerDomainDay = nil  // this test reads the IP policy's fields alone
+        }
         defer { fixture.stop() }
         let device = try fixture.relay.register()
         // Refused by the cooldown: the IP's quota is not spent.
@@ -267,9 +270,32 @@ import Testing
         #expect(TestServer.waitUntil { ((try? fixture.relay.mails(to: "d@example.com").count) ?? 0) == 1 })
     }
 
+    /// Code mails to one domain are capped per day, whoever asks from wherever: a catch-all domain has
+    /// any number of inboxes, each with caps of its own, and strangers on many addresses could flood it.
+    @Test(arguments: RelayStoreKind.available)
+    func codeMailsToOneDomainAreCappedPerDay(store kind: RelayStoreKind) throws {
+        let fixture = try Fixture(kind) {
+            $0.limits.codeRequestsPerDomainDay = 3
+            $0.limits.codeRequestsPerIPHour = nil
+        }
+        defer { fixture.stop() }
+        let one = try fixture.relay.register(), two = try fixture.relay.register()
+        for (index, device) in [one, one, two].enumerated() {
+            let asked = try fixture.relay.requestCode(device.secret, "inbox\(index)@Catchall.example", from: "203.0.113.\(index + 1)")
+            #expect(asked.status == 202, "\(index): \(asked.text)")
+        }
+        let fourth = try fixture.relay.requestCode(two.secret, "other@catchall.example", from: "198.51.100.9")
+        #expect(fourth.status == 429 && fourth.errorCode == "rate_limited", "\(fourth.status) \(fourth.text)")
+        #expect(fourth.header("RateLimit-Policy")?.contains("\"domain-codes-day\";q=3;w=86400") == true,
+                "\(fourth.header("RateLimit-Policy") ?? "")")
+        #expect(try fixture.relay.requestCode(two.secret, "someone@elsewhere.example", from: "198.51.100.9").status == 202,
+                "another domain has its own day")
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func theAnswerIsTheSameWhetherOrNotAnAddressIsKnown(store kind: RelayStoreKind) throws {
-        let fixture = try Fixture(kind)
+        // (The domain's day counts both requests, one after the other: its fields differ by that one.)
+        let fixture = try Fixture(kind) { $0.limits.codeRequestsPerDomainDay = nil }
         defer { fixture.stop() }
         let owner = try fixture.relay.register(), asker = try fixture.relay.register()
         let code = try fixture.code(owner.secret, "known@example.com")

@@ -45,10 +45,12 @@ public enum RelayCommandLine {
           --limit-ip-hour N|off         messages per client IP address per hour (default 120)
           --limit-global-day N|off      messages for the whole relay per UTC day (default off)
           --limit-ip-codes-hour N|off   code requests per client IP address per hour (default 10)
+          --limit-domain-codes-day N|off
+                                        code mails to one mail domain per UTC day (default 50)
           --limit-ip-registrations-hour N|off
                                         device registrations per client IP address per hour (default 10)
                                (JOTTER_RELAY_LIMIT_DEVICE_MINUTE, …_DEVICE_DAY, …_IP_HOUR, …_GLOBAL_DAY,
-                               …_IP_CODES_HOUR, …_IP_REGISTRATIONS_HOUR)
+                               …_IP_CODES_HOUR, …_DOMAIN_CODES_DAY, …_IP_REGISTRATIONS_HOUR)
           --idempotency-hours H  how long an Idempotency-Key is remembered (JOTTER_RELAY_IDEMPOTENCY_HOURS;
                                default 24, at least 1: a composer retries at least hourly)
           --slots N            deliveries in flight at once (JOTTER_RELAY_SLOTS; default 4)
@@ -71,6 +73,7 @@ public enum RelayCommandLine {
         "--limit-global-day": "JOTTER_RELAY_LIMIT_GLOBAL_DAY",
         "--limit-ip-codes-hour": "JOTTER_RELAY_LIMIT_IP_CODES_HOUR",
         "--limit-ip-registrations-hour": "JOTTER_RELAY_LIMIT_IP_REGISTRATIONS_HOUR",
+        "--limit-domain-codes-day": "JOTTER_RELAY_LIMIT_DOMAIN_CODES_DAY",
         "--idempotency-hours": "JOTTER_RELAY_IDEMPOTENCY_HOURS", "--slots": "JOTTER_RELAY_SLOTS",
         "--retry-cap": "JOTTER_RELAY_RETRY_CAP", "--max-body": "JOTTER_RELAY_MAX_BODY",
         "--log-level": "JOTTER_RELAY_LOG_LEVEL",
@@ -127,6 +130,7 @@ public enum RelayCommandLine {
         try limit(values, "--limit-global-day", &limits.globalPerDay)
         try limit(values, "--limit-ip-codes-hour", &limits.codeRequestsPerIPHour)
         try limit(values, "--limit-ip-registrations-hour", &limits.registrationsPerIPHour)
+        try limit(values, "--limit-domain-codes-day", &limits.codeRequestsPerDomainDay)
         configuration.limits = limits
         if let hours = values["--idempotency-hours"] {
             guard let number = Int64(hours), (1...720).contains(number) else {

@@ -100,6 +100,10 @@ public struct RelayLimits: Sendable, Equatable {
     public var globalPerDay: Int?
     /// Code requests (`POST /v1/destinations`) per client IP address per hour.
     public var codeRequestsPerIPHour: Int? = 10
+    /// Code mails to one mail domain per UTC day, from everyone: the per-inbox caps count `ana+x@`
+    /// and `ana@` as one, but a catch-all domain (or `x@ana.fastmail.com`) has any number of inboxes,
+    /// and strangers on many addresses could flood it with code mails.
+    public var codeRequestsPerDomainDay: Int? = 50
     /// Device registrations per client IP address per hour.
     public var registrationsPerIPHour: Int? = 10
 

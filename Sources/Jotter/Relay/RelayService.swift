@@ -161,9 +161,14 @@ public final class RelayService: Sendable {
             let now = clock.nowMilliseconds()
             let code = try VerificationCode.generate()
             let addressKey = self.addressKey(address)
-            let charges = configuration.limits.codeRequestsPerIPHour.map {
+            var charges = configuration.limits.codeRequestsPerIPHour.map {
                 [LimitCharge(policy: "ip-codes-hour", partition: ipPartition(client), quota: $0, windowSeconds: 3600)]
             } ?? []
+            if let perDomain = configuration.limits.codeRequestsPerDomainDay {
+                let domain = String(address.normalized.split(separator: "@").last ?? "")
+                charges.append(LimitCharge(policy: "domain-codes-day", partition: keys.hash("domain", [domain]),
+                                           quota: perDomain, windowSeconds: 86_400))
+            }
             let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
                                   mailboxKey: keys.hash("mailbox", [address.mailbox]),
                                   sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
