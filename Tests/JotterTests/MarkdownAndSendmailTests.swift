@@ -238,6 +238,20 @@ import Testing
         }
     }
 
+    /// A sendmail path that is not an executable file stops the start, naming --relay.
+    @Test(arguments: ["/nonexistent/sendmail", "not-executable", "/tmp"])
+    func aSendmailThatIsNotThereStopsTheStart(path: String) throws {
+        let directory = TemporaryDirectory()
+        var given = path
+        if path == "not-executable" {
+            given = directory.file("sendmail-text")
+            #expect(FileManager.default.createFile(atPath: given, contents: Data("#!/bin/sh\n".utf8),
+                                                   attributes: [.posixPermissions: 0o644]))
+        }
+        let error = try #require(throws: Application.StartFailure.self) { _ = try Self.jotter(directory, relay: "sendmail:" + given) }
+        #expect("\(error)".contains("--relay"), "\(error)")
+    }
+
     @Test func sendmailExitZeroIsSent() throws {
         let directory = TemporaryDirectory()
         let sendmail = try FakeSendmail(in: directory.file("mta"), exitCode: 0)
@@ -384,10 +398,14 @@ import Testing
         #expect(try server.route("GET", "/healthz").status == 200, "still serving")
     }
 
+    /// Gone after the start (the MTA's package removed): memos are held as the relay's configuration's
+    /// failure until it is fixed.
     @Test func aMissingSendmailIsAConfigurationFailure() throws {
         let directory = TemporaryDirectory()
-        let server = try Self.jotter(directory, relay: "sendmail:" + directory.file("no-such-sendmail"))
+        let sendmail = try FakeSendmail(in: directory.file("mta"), exitCode: 0)
+        let server = try Self.jotter(directory, relay: "sendmail:" + sendmail.path)
         defer { server.stop() }
+        try FileManager.default.removeItem(atPath: sendmail.path)
 
         let id = try DeliveryKit.send(server, body: "nowhere to go")
         let entry = try DeliveryKit.settle(server, id)

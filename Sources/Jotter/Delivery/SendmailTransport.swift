@@ -26,6 +26,15 @@ public struct SendmailTransport: Transport {
         signal(SIGPIPE, SIG_IGN)
     }()
 
+    /// The program must be there and executable: a mistyped path (`sendmail:/usr/sbin/sendmial`) stops
+    /// the start, where it held every memo as a refusing relay.
+    public func prepare() throws(DeliveryFailure) {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(path, X_OK) == 0 else {
+            throw DeliveryFailure(.configuration, permanent: true)
+        }
+    }
+
     public func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
         _ = Self.ignoreBrokenPipes
         guard access(path, X_OK) == 0 else {
