@@ -188,3 +188,32 @@ import Testing
         #expect(unit.contains("ReadWritePaths=\(directory.path) \(cwd)/vault/inbox"), "\(unit)")
     }
 }
+
+/// Words the command line does not take are refused, not read as something else.
+@Suite struct CommandWordsTests {
+    /// `JOTTER_LAN=true` (as units and .env files say it) is LAN mode, like `1`; a value that is neither
+    /// yes nor no is refused, not read as "off".
+    @Test func lanFromTheEnvironmentTakesTheUsualYesAndNo() throws {
+        for (value, lan) in [("1", true), ("true", true), ("YES", true), ("on", true), ("0", false), ("false", false), ("off", false)] {
+            guard case .serve(let configuration) = try CommandLineOptions.parse(["serve"], environment: ["JOTTER_LAN": value],
+                                                                                sourceRoot: #filePath) else {
+                Issue.record("not serve")
+                continue
+            }
+            #expect(configuration.lan == lan, "JOTTER_LAN=\(value)")
+        }
+        let refused = try #require(throws: CommandLineOptions.UsageError.self) {
+            _ = try CommandLineOptions.parse(["serve"], environment: ["JOTTER_LAN": "enabled"], sourceRoot: #filePath)
+        }
+        #expect(refused.description.contains("JOTTER_LAN"))
+    }
+
+    /// `jotter rekey list` is no rekey (it ran one), and `jotter rekey foo` speaks of rekey, not devices.
+    @Test(arguments: [["rekey", "list"], ["rekey", "foo"], ["pair", "now"]])
+    func rekeyAndPairTakeNoWords(arguments: [String]) throws {
+        let refused = try #require(throws: CommandLineOptions.UsageError.self) {
+            _ = try CommandLineOptions.parse(arguments, environment: [:], sourceRoot: #filePath)
+        }
+        #expect(refused.description.hasPrefix("usage: jotter \(arguments[0])"), "\(refused)")
+    }
+}

@@ -141,7 +141,8 @@ public enum CommandLineOptions {
         case "serve": break
         case "devices": return try parseDevices(arguments, environment: environment)
         case "pair":
-            guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
+            guard !hasWords(arguments),
+                  case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
                 throw UsageError(description: "usage: jotter pair [--data-dir PATH]")
             }
             return .pair(dataDirectory: directory)
@@ -165,7 +166,8 @@ public enum CommandLineOptions {
         case "history": return try parseHistory(arguments, environment: environment)
         case "relay": return try RelayCommandLine.parse(arguments, environment: environment)
         case "rekey":
-            guard case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
+            guard !hasWords(arguments),
+                  case .devices(let directory, .list) = try parseDevices(arguments, environment: environment) else {
                 throw UsageError(description: "usage: jotter rekey [--data-dir PATH]")
             }
             return .rekey(dataDirectory: directory)
@@ -189,7 +191,15 @@ public enum CommandLineOptions {
         if let hosts = values.removeValue(forKey: "--allowed-host") {
             allowedHosts = hosts.split(separator: ",").map { $0.trimmingCharacters(in: " ") }.map(String.init)
         }
-        var lan = environment["JOTTER_LAN"] == "1", insecureHTTP = false
+        var lan = false, insecureHTTP = false
+        if let given = environment["JOTTER_LAN"], !given.isEmpty {
+            // A systemd unit or a .env file says true as often as 1: a value read as "no" was LAN mode off, silently.
+            switch given.lowercased() {
+            case "1", "true", "yes", "on": lan = true
+            case "0", "false", "no", "off": lan = false
+            default: throw UsageError(description: "JOTTER_LAN must be 1 or 0 (or true/false, yes/no, on/off)")
+            }
+        }
         var onCommandLine: Set<String> = []
         while let argument = arguments.popFirst() {
             if argument == "-h" || argument == "--help" { return .help(serveHelp) }
@@ -435,6 +445,19 @@ public enum CommandLineOptions {
         if let count = try number("--connections-per-client", 16...100_000, "connections") {
             http.perIPConnectionLimit = count
         }
+    }
+
+    /// Whether `arguments` hold anything but `--data-dir` and help: `jotter rekey list` is no rekey.
+    private static func hasWords(_ arguments: ArraySlice<String>) -> Bool {
+        var arguments = arguments
+        while let argument = arguments.popFirst() {
+            if argument == "--data-dir" {
+                _ = arguments.popFirst()
+            } else if !argument.hasPrefix("--data-dir=") && argument != "-h" && argument != "--help" {
+                return true
+            }
+        }
+        return false
     }
 
     private static func parseDevices(_ arguments: ArraySlice<String>, environment: [String: String]) throws -> Command {
