@@ -195,6 +195,22 @@ import Synchronization
                 "an invite works for 7 days")
     }
 
+    /// A blank subject is no subject: the message's first line is, as for a composer's memo (the relay
+    /// mailed an empty `Subject:`).
+    @Test func aBlankSubjectIsTheFirstLine() throws {
+        let store = try RelayTestStore(.sqlite)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        #expect(try relay.send(device.secret, to: "me@example.com", subject: " \u{200B}", body: "first line\nsecond").status == 202)
+        #expect(try relay.finishDeliveries(timeout: 60))
+        let mail = try #require(try relay.mails(to: "me@example.com").first { ($0.message["body"] as? String ?? "").contains("second") })
+        #expect(mail.message["subject"] as? String == "first line", "\(mail.message)")
+    }
+
     /// A client that proposes its own secret may register again after a lost answer: the same invite,
     /// spent by the first request, and the same secret give the same device (no limit charged again);
     /// a secret of the wrong shape is refused.
@@ -479,6 +495,7 @@ import Synchronization
              "unknown_field"),
             ("/v1/messages", "{\"to\":\"me@example.com\"}", "application/json", 400, "missing_field"),
             ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\"\"}", "application/json", 400, "empty"),
+            ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":\" \\t\\n\\u00a0\\u200b\"}", "application/json", 400, "empty"),
             ("/v1/messages", "{\"to\":\"me@example.com\",\"body\":5}", "application/json", 400, "invalid_field"),
             ("/v1/messages", "{\"to\":\"me@example.com\\r\\nBcc: x@y.z\",\"body\":\"x\"}", "application/json", 400,
              "invalid_address"),

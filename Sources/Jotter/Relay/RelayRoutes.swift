@@ -271,7 +271,8 @@ struct RelayRoutes: Sendable {
             return respond(.error(400, code: "invalid_idempotency_key",
                                   message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
         }
-        let to: DestinationAddress, subject: String?, body: String
+        let to: DestinationAddress, body: String
+        var subject: String?
         switch RelayJSON.object(request, allowed: ["to", "subject", "body"]).flatMap({ fields in
             fields.address("to").flatMap { to in
                 fields.string("subject", required: false, maximumBytes: RelayConfiguration.maxSubjectBytes).flatMap { subject in
@@ -282,7 +283,12 @@ struct RelayRoutes: Sendable {
         case .success(let parsed): (to, subject, body) = parsed
         case .failure(let error): return respond(error.response)
         }
-        guard !body.isEmpty else { return respond(.error(400, code: "empty", message: "The message has no body.")) }
+        // Nothing a reader could see is no body, as the composer counts it (it mailed spaces and tabs); a
+        // blank subject is none, so the body's first line is the subject (it mailed an empty Subject:).
+        guard !body.unicodeScalars.allSatisfy(\.isInvisible) else {
+            return respond(.error(400, code: "empty", message: "The message has no body."))
+        }
+        if let given = subject, given.unicodeScalars.allSatisfy(\.isInvisible) { subject = nil }
         guard body.utf8.count <= RelayConfiguration.maxMessageBodyBytes else {
             return respond(.error(413, code: "too_large", message: "The message body is larger than a relay accepts "
                                       + "(\(RelayConfiguration.maxMessageBodyBytes) bytes of UTF-8)."))
