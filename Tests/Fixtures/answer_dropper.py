@@ -7,9 +7,8 @@ Usage: answer_dropper.py UPSTREAM_PORT
 """
 import socket
 import sys
-import threading
 
-from fixture_lifetime import exit_when_stdin_closes
+from fixture_lifetime import serve_connections
 
 
 def read_request(connection):
@@ -54,16 +53,7 @@ def handle(client, upstream_port):
 
 
 def main():
-    upstream_port = int(sys.argv[1])
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    print(listener.getsockname()[1], flush=True)
-    exit_when_stdin_closes()
-    while True:
-        client, _ = listener.accept()
-        threading.Thread(target=handle, args=(client, upstream_port), daemon=True).start()
+    serve_connections(handle, int(sys.argv[1]))
 
 
 if __name__ == "__main__":

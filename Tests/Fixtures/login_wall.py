@@ -9,10 +9,9 @@ Usage: login_wall.py UPSTREAM_PORT WALL [DROP]
 import os
 import socket
 import sys
-import threading
 
 from answer_dropper import read_request
-from fixture_lifetime import exit_when_stdin_closes
+from fixture_lifetime import serve_connections
 
 WALL_PAGE = b"<html><body><form>Sign in to continue</form></body></html>"
 
@@ -42,17 +41,7 @@ def handle(client, upstream_port, wall, drop):
 
 
 def main():
-    upstream_port, wall = int(sys.argv[1]), sys.argv[2]
-    drop = sys.argv[3] if len(sys.argv) > 3 else None
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    print(listener.getsockname()[1], flush=True)
-    exit_when_stdin_closes()
-    while True:
-        client, _ = listener.accept()
-        threading.Thread(target=handle, args=(client, upstream_port, wall, drop), daemon=True).start()
+    serve_connections(handle, int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
 
 
 if __name__ == "__main__":

@@ -487,27 +487,15 @@ struct ComposerRelayTests {
         #expect(relay.destination.hasPrefix("jotter+https://relay.example.com:8443"))
     }
 
-    /// Two deliveries running when the relay forgets this composer both meet `401` with the same
-    /// secret. The first to get there registers again; the other must not throw that new secret away
-    /// (which would register a third time and leave the second device orphaned on the relay).
     /// The relay took a memo (its 202 lost on the way back), then the page's Settings moved memos to
     /// another address: the retry's `Idempotency-Key` is the memo's, its `to` another, so the relay
     /// answers 409 and names the message it took. The composer follows that message — the memo went to
     /// the address verified when it was sent — instead of failing a delivered memo (and, once the relay
     /// forgot the key a day later, posting it again to the new address).
     @Test func aMemoTakenBeforeTheAddressChangedIsFollowedNotFailed() throws {
-        let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
-        let store = try RelayTestStore(.sqlite)
-        defer { store.release() }
-        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
-        defer { relay.stop() }
-        let outbox = try Outbox(path: composerDirectory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
-        defer { outbox.close() }
-        let account = JotterRelayAccount(
-            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(relay.port)", host: "127.0.0.1", port: relay.port,
-                                      caFile: nil, timeoutSeconds: 10),
-            invite: nil)
-        account.attach(outbox.settings)
+        let fixture = try AccountFixture()
+        defer { fixture.stop() }
+        let relay = fixture.relay, account = fixture.account
         func verify(_ address: String) throws {
             let known = try relay.mailFiles(to: address)
             #expect(try account.requestCode(address: address, language: "en").status == 202)
@@ -632,19 +620,40 @@ struct ComposerRelayTests {
                 "\((try? pair.entry(id)) ?? [:])")
     }
 
-    @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
+    /// A relay on SQLite and a composer's account of it, without a composer server: the account's calls
+    /// as the transport and the page's routes make them.
+    struct AccountFixture {
         let relayDirectory = TemporaryDirectory(), composerDirectory = TemporaryDirectory()
-        let store = try RelayTestStore(.sqlite)
-        defer { store.release() }
-        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
-        defer { relay.stop() }
-        let outbox = try Outbox(path: composerDirectory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
-        defer { outbox.close() }
-        let account = JotterRelayAccount(
-            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(relay.port)", host: "127.0.0.1", port: relay.port,
-                                      caFile: nil, timeoutSeconds: 10),
-            invite: nil)
-        account.attach(outbox.settings)
+        let store: RelayTestStore
+        let relay: RelayServer
+        let outbox: Outbox
+        let account: JotterRelayAccount
+
+        init() throws {
+            store = try RelayTestStore(.sqlite)
+            relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
+            outbox = try Outbox(path: composerDirectory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
+            account = JotterRelayAccount(
+                client: JotterRelayClient(baseURL: "http://127.0.0.1:\(relay.port)", host: "127.0.0.1", port: relay.port,
+                                          caFile: nil, timeoutSeconds: 10),
+                invite: nil)
+            account.attach(outbox.settings)
+        }
+
+        func stop() {
+            outbox.close()
+            relay.stop()
+            store.release()
+        }
+    }
+
+    /// Two deliveries running when the relay forgets this composer both meet `401` with the same
+    /// secret. The first to get there registers again; the other must not throw that new secret away
+    /// (which would register a third time and leave the second device orphaned on the relay).
+    @Test func twoRefusalsOfOneSecretRegisterOnceMore() throws {
+        let fixture = try AccountFixture()
+        defer { fixture.stop() }
+        let relay = fixture.relay, account = fixture.account, store = fixture.store
 
         let first = try account.secret()
         #expect(try relay.json("DELETE", "/v1/devices/me", secret: first).status == 204)

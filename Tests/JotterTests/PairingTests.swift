@@ -518,6 +518,24 @@ import Testing
         #expect(try registry.rename(id: device.id, to: "\u{202D}Kitchen\u{200F} tablet") == "Kitchen\u{200F} tablet")
     }
 
+    struct NotPaired: Error {}
+
+    /// A phone paired with `registry`: its device, its token, and what `last_seen_at` the database holds.
+    static func pairedPhone(_ registry: DeviceRegistry, _ outbox: Outbox) throws
+        -> (device: DeviceRegistry.Device, token: String, stored: () throws -> Int64?) {
+        let link = try registry.issuePairingToken().token
+        guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
+            throw NotPaired()
+        }
+        let stored = { () throws -> Int64? in
+            try outbox.database.read { database in
+                try database.statement("SELECT last_seen_at FROM devices WHERE id = ?")
+                    .firstRow([.text(device.id)]) { $0.optionalInt64(0) } ?? nil
+            }
+        }
+        return (device, token, stored)
+    }
+
     /// A phone used once and then left alone: its sighting is written a minute later by a timer, not
     /// only when a later request comes (`jotter devices`, another process, showed its pairing time).
     @Test func aLoneSightingIsWrittenAMinuteLater() throws {
@@ -526,17 +544,7 @@ import Testing
         let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
         defer { outbox.close() }
         let registry = try DeviceRegistry(outbox: outbox, clock: scheduler.clock, scheduler: scheduler)
-        let link = try registry.issuePairingToken().token
-        guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
-            Issue.record("not paired")
-            return
-        }
-        func stored() throws -> Int64? {
-            try outbox.database.read { database in
-                try database.statement("SELECT last_seen_at FROM devices WHERE id = ?")
-                    .firstRow([.text(device.id)]) { $0.optionalInt64(0) } ?? nil
-            }
-        }
+        let (device, token, stored) = try Self.pairedPhone(registry, outbox)
         let paired = try #require(try stored())
         scheduler.advance(milliseconds: 10 * 60_000)
         #expect(registry.verify(deviceToken: token) == device.id)
@@ -556,17 +564,7 @@ import Testing
         let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: clock)
         defer { outbox.close() }
         let registry = try DeviceRegistry(outbox: outbox, clock: clock)
-        let link = try registry.issuePairingToken().token
-        guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
-            Issue.record("not paired")
-            return
-        }
-        func stored() throws -> Int64? {
-            try outbox.database.read { database in
-                try database.statement("SELECT last_seen_at FROM devices WHERE id = ?")
-                    .firstRow([.text(device.id)]) { $0.optionalInt64(0) } ?? nil
-            }
-        }
+        let (device, token, stored) = try Self.pairedPhone(registry, outbox)
         let paired = try #require(try stored())
         clock.advance(milliseconds: 10 * 60_000)
         #expect(registry.verify(deviceToken: token) == device.id)
