@@ -32,22 +32,30 @@ def read_request(connection):
     return head + b"\r\n\r\n" + body
 
 
+def forward(request, upstream_port):
+    """Passes `request` on to 127.0.0.1:upstream_port as a reverse proxy does (Host names the server,
+    whose Host check wants its own port; one request per connection, the answer ending with its
+    close), and yields the answer's bytes as they come."""
+    with socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
+        head, _, body = request.partition(b"\r\n\r\n")
+        lines = [line for line in head.split(b"\r\n")
+                 if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
+        lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
+        upstream.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        while True:
+            chunk = upstream.recv(65536)
+            if not chunk:
+                return
+            yield chunk
+
+
 def handle(client, upstream_port):
     with client:
         request = read_request(client)
         if request is None:
             return
-        with socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
-            # As a reverse proxy passes it on: Host names the server (whose Host check wants its own port),
-            # one request per connection upstream (the server's answer ends with its close).
-            head, _, body = request.partition(b"\r\n\r\n")
-            lines = [line for line in head.split(b"\r\n")
-                     if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
-            lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
-            request = b"\r\n".join(lines) + b"\r\n\r\n" + body
-            upstream.sendall(request)
-            while upstream.recv(65536):
-                pass
+        for _ in forward(request, upstream_port):
+            pass
         # The answer came; the client never gets it.
 
 

@@ -7,10 +7,9 @@ Prints the port it bound, then serves until its standard input closes.
 Usage: login_wall.py UPSTREAM_PORT WALL [DROP]
 """
 import os
-import socket
 import sys
 
-from answer_dropper import read_request
+from answer_dropper import forward, read_request
 from fixture_lifetime import serve_connections
 
 WALL_PAGE = b"<html><body><form>Sign in to continue</form></body></html>"
@@ -25,19 +24,10 @@ def handle(client, upstream_port, wall, drop):
             client.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/html\r\nWWW-Authenticate: Basic realm=\"proxy\"\r\n"
                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(WALL_PAGE) + WALL_PAGE)
             return
-        with socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
-            head, _, body = request.partition(b"\r\n\r\n")
-            lines = [line for line in head.split(b"\r\n")
-                     if line.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")]
-            lines += [b"Host: 127.0.0.1:%d" % upstream_port, b"Connection: close"]
-            upstream.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
-            dropping = drop is not None and os.path.exists(drop)
-            while True:
-                chunk = upstream.recv(65536)
-                if not chunk:
-                    break
-                if not dropping:
-                    client.sendall(chunk)
+        dropping = drop is not None and os.path.exists(drop)
+        for chunk in forward(request, upstream_port):
+            if not dropping:
+                client.sendall(chunk)
 
 
 def main():
