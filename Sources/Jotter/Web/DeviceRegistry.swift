@@ -89,7 +89,7 @@ public final class DeviceRegistry: Sendable {
         self.linkLifetime = linkLifetime
         if let scheduler {
             let timer = scheduler.makeTimer(queue: DispatchQueue(label: "jotter.devices.sightings")) { [weak self] in
-                self?.writeSightings(dueOnly: true)
+                self?.writeDueSightings()
             }
             sightingsTimer.withLock { $0 = timer }
         }
@@ -201,50 +201,35 @@ public final class DeviceRegistry: Sendable {
     }
 
     /// Notes that `id` was seen. Nothing is written per request: sightings gather in memory and go to
-    /// the database in one write, off the request's thread, once the oldest is a minute old.
+    /// the database in one write, off the request's thread, once the oldest is a minute old — by the
+    /// request that finds it so, or else by the timer armed with the first.
     /// (The minute is measured on the monotonic clock: on the wall clock, one set back an hour held the
     /// sightings in memory for that hour.)
     private func noteSeen(id: String, now: Int64) {
+        let first = unwrittenSightings.withLock { state -> Bool in
+            state.seen[id] = now
+            guard state.since == nil else { return false }
+            state.since = clock.monotonicMilliseconds()
+            return true
+        }
+        if first {
+            sightingsTimer.withLock { $0?.arm(afterMilliseconds: Self.lastSeenResolution) }
+        } else {
+            writeDueSightings()
+        }
+    }
+
+    /// The gathered sightings, written (on the writer's queue, later) when the first is a minute old.
+    private func writeDueSightings() {
         let tick = clock.monotonicMilliseconds()
         let batch = unwrittenSightings.withLock { state -> [String: Int64]? in
-            state.seen[id] = now
-            guard let since = state.since else {
-                state.since = tick
-                sightingsTimer.withLock { $0?.arm(afterMilliseconds: Self.lastSeenResolution) }
-                return nil
-            }
-            guard tick - since >= Self.lastSeenResolution else { return nil }
+            guard let since = state.since, tick - since >= Self.lastSeenResolution else { return nil }
             defer { state = ([:], nil) }
             return state.seen
         }
         guard let batch else { return }
         database.async { [database] in
-            _ = try? database.transaction(durable: false) { database in
-                for (id, at) in batch {
-                    try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
-                                     [.integer(at), .text(id)])
-                }
-            }
-        }
-    }
-
-    /// The timer's batch: written (off its queue, on the writer's) when its first sighting is a minute
-    /// old — unless a request already took it.
-    private func writeSightings(dueOnly: Bool) {
-        let tick = clock.monotonicMilliseconds()
-        let batch = unwrittenSightings.withLock { state -> [String: Int64]? in
-            guard let since = state.since, !dueOnly || tick - since >= Self.lastSeenResolution else { return nil }
-            defer { state = ([:], nil) }
-            return state.seen
-        }
-        guard let batch, !batch.isEmpty else { return }
-        database.async { [database] in
-            _ = try? database.transaction(durable: false) { database in
-                for (id, at) in batch {
-                    try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
-                                     [.integer(at), .text(id)])
-                }
-            }
+            _ = try? database.transaction(durable: false) { try Self.store(batch, in: $0) }
         }
     }
 
@@ -256,11 +241,13 @@ public final class DeviceRegistry: Sendable {
             return state.seen
         }
         guard !batch.isEmpty else { return }
-        _ = try? database.write(durable: false) { database in
-            for (id, at) in batch {
-                try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
-                                 [.integer(at), .text(id)])
-            }
+        _ = try? database.write(durable: false) { try Self.store(batch, in: $0) }
+    }
+
+    private static func store(_ batch: [String: Int64], in database: Database) throws {
+        for (id, at) in batch {
+            try database.run("UPDATE devices SET last_seen_at = MAX(COALESCE(last_seen_at, 0), ?) WHERE id = ?",
+                             [.integer(at), .text(id)])
         }
     }
 
