@@ -54,8 +54,6 @@ struct RelayKeys: Sendable {
         return bytes
     }
 
-    /// A fresh secret: `prefix` and 32 random bytes in base64url without padding (256 bits, and a
-    /// prefix secret scanners can recognise).
     /// A device secret as `newSecret(prefix: "jrs_")` makes them: `jrs_` and 43 base64url characters
     /// (256 bits). A client that proposes its own must propose one of this shape.
     static func isDeviceSecret(_ text: String) -> Bool {
@@ -65,6 +63,8 @@ struct RelayKeys: Sendable {
         }
     }
 
+    /// A fresh secret: `prefix` and 32 random bytes in base64url without padding (256 bits, and a
+    /// prefix secret scanners can recognise).
     static func newSecret(prefix: String) throws -> String {
         let encoded = Base64.encode(try SecureRandom.bytes(count: 32))
         return prefix + String(encoded.compactMap { character -> Character? in
