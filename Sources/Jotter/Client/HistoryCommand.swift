@@ -39,7 +39,7 @@ public enum HistoryCommand {
             // Control characters are spaces; bidi embeddings, overrides and isolates go (a U+202E in a
             // subject reversed the rest of the terminal line), as in device names.
             subject = subject.unicodeScalars.compactMap { scalar -> String? in
-                if (0x202A...0x202E).contains(scalar.value) || (0x2066...0x2069).contains(scalar.value) { return nil }
+                if scalar.isBidiControl { return nil }
                 return scalar.properties.generalCategory == .control ? " " : String(scalar)
             }.joined()
             if subject.count > 40 { subject = String(subject.prefix(39)) + "…" }

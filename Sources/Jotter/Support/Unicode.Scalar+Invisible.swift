@@ -5,4 +5,10 @@ extension Unicode.Scalar {
     var isInvisible: Bool {
         properties.isWhitespace || properties.generalCategory == .control || properties.isDefaultIgnorableCodePoint
     }
+
+    /// A bidirectional embedding, override or isolate (U+202A–202E, U+2066–2069): one in a name or a
+    /// subject shown on a terminal or a page turns the rest of the line around.
+    var isBidiControl: Bool {
+        (0x202A...0x202E).contains(value) || (0x2066...0x2069).contains(value)
+    }
 }

@@ -308,7 +308,7 @@ public final class DeviceRegistry: Sendable {
     static func displayName(_ name: String) -> String {
         var scalars = String.UnicodeScalarView()
         scalars.append(contentsOf: SubjectLine.sanitized(name).unicodeScalars.filter { scalar in
-            !(0x202A...0x202E).contains(scalar.value) && !(0x2066...0x2069).contains(scalar.value)
+            !scalar.isBidiControl
         })
         return String(String(scalars).prefix(60))
     }
