@@ -209,10 +209,8 @@ public enum SendCommand {
 
     /// A usage error for a URL no retry can reach: not `http://` or `https://`, or without a host.
     static func unusableURL(_ url: String, command: String) -> Result? {
-        let lowered = url.lowercased()
-        let rest = lowered.hasPrefix("http://") ? url.dropFirst(7) : lowered.hasPrefix("https://") ? url.dropFirst(8) : nil
-        if let rest, let host = rest.split(separator: "@").last?.prefix(while: { $0 != "/" && $0 != "?" && $0 != "#" }),
-           !host.isEmpty, !host.hasPrefix(":"), !url.contains(where: { $0 == " " || $0.isNewline }) {
+        if let parts = URLParts(url), parts.scheme == "http" || parts.scheme == "https", !parts.host.isEmpty,
+           !url.contains(where: { $0 == " " || $0.isNewline }) {
             return nil
         }
         return Result(status: .usage, output: "",
