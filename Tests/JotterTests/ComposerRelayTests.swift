@@ -520,6 +520,59 @@ struct ComposerRelayTests {
         #expect(toAna.count == 1 && toBob.isEmpty, "once, to the address it was sent to: \(toAna.count) / \(toBob.count)")
     }
 
+    /// A memo that waited here for the relay (down, or its address not yet verified) reaches the inbox
+    /// dated when it was written, not when the relay took it: the composer says `written_at`.
+    @Test func aMemoThatWaitedIsDatedWhenItWasWritten() throws {
+        let fixture = try AccountFixture()
+        defer { fixture.stop() }
+        let relay = fixture.relay, account = fixture.account
+        let known = try relay.mailFiles(to: "ana@example.com")
+        #expect(try account.requestCode(address: "ana@example.com", language: "en").status == 202)
+        #expect(try account.confirm(code: try relay.newCode(to: "ana@example.com", known: known))?.status == 200)
+        let written = Int64(Date().timeIntervalSince1970 * 1000) - 3 * 3_600_000  // three hours in the outbox
+        let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e1", date: written,
+                               from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
+                               subject: "written on the train", body: "written on the train")
+        _ = try JotterRelayTransport(account: account).send(memo)
+        #expect(try relay.finishDeliveries(timeout: 60))
+        let mail = try #require(try relay.mails(to: "ana@example.com")
+            .first { ($0.message["body"] as? String ?? "").contains("written on the train") })
+        #expect(mail.message["date"] as? String == Timestamp.rfc5322(milliseconds: written))
+    }
+
+    /// A relay from before `written_at` and client-proposed secrets (it refuses both as unknown members):
+    /// the composer registers and sends all the same, without them, and the memo arrives once.
+    @Test func aRelayFromBeforeTheNewerMembersStillTakesTheMemo() throws {
+        let fixture = try AccountFixture()
+        defer { fixture.stop() }
+        let relay = fixture.relay
+        let errors = fixture.relayDirectory.file("older.stderr")
+        let older = try FixtureProcess(script: "older_relay.py", arguments: [String(relay.port), "written_at,secret"],
+                                       errorPath: errors)
+        defer { older.stop() }
+        let outbox = try Outbox(path: fixture.composerDirectory.file("older.db"), key: try SymmetricKey.random(),
+                                clock: ManualClock())
+        defer { outbox.close() }
+        let account = JotterRelayAccount(
+            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(older.port)", host: "127.0.0.1", port: older.port,
+                                      caFile: nil, timeoutSeconds: 10),
+            invite: nil)
+        account.attach(outbox.settings)
+        let known = try relay.mailFiles(to: "ana@example.com")
+        #expect(try account.requestCode(address: "ana@example.com", language: "en").status == 202)
+        #expect(try account.confirm(code: try relay.newCode(to: "ana@example.com", known: known))?.status == 200)
+        let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e2", date: 1_764_581_405_000,
+                               from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
+                               subject: "to an older relay", body: "to an older relay")
+        _ = try JotterRelayTransport(account: account).send(memo)
+        #expect(try relay.finishDeliveries(timeout: 60))
+        #expect(try relay.mails(to: "ana@example.com")
+            .filter { ($0.message["body"] as? String ?? "").contains("to an older relay") }.count == 1)
+        let refused = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+        #expect(refused.contains("refused secret") && refused.contains("refused written_at"), "\(refused)")
+        #expect(try fixture.store.deviceCount(on: relay) == 1)
+    }
+
     /// A relay whose registration limit refuses this network (a household behind one address, past
     /// 10 composers an hour) is not "unreachable": the page hears `429 rate_limited` and when to ask again.
     @Test func aRelaysLimitIsSaidAsALimitNotAsUnreachable() throws {

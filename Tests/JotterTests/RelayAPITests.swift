@@ -211,6 +211,59 @@ import Synchronization
         #expect(mail.message["subject"] as? String == "first line", "\(mail.message)")
     }
 
+    /// A message says when it was written (`written_at`, its composer's accept): the mail is dated then,
+    /// not when the relay took it, so memos that waited out an outage sort where they were written. A
+    /// time later than the relay's clock (a composer's clock ahead) dates it when the relay took it; a
+    /// time that is not RFC 3339 is refused; and the time is part of what an Idempotency-Key vouches for.
+    @Test(arguments: RelayStoreKind.available)
+    func aMessageIsDatedWhenItWasWritten(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store)
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        func send(_ body: String, writtenAt: Any?, key: String? = nil) throws -> RawHTTP.Response {
+            var object: [String: Any] = ["to": "me@example.com", "body": body]
+            if let writtenAt { object["written_at"] = writtenAt }
+            return try relay.json("POST", "/v1/messages", secret: device.secret, object,
+                                  headers: key.map { [("Idempotency-Key", $0)] } ?? [])
+        }
+        func dateOfMail(_ body: String) throws -> String? {
+            try relay.mails(to: "me@example.com")
+                .first { ($0.message["body"] as? String ?? "").contains(body) }?.message["date"] as? String
+        }
+        let yesterday = Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000 - 123
+        #expect(try send("written yesterday", writtenAt: Timestamp.iso8601(milliseconds: yesterday), key: "y").status == 202)
+        #expect(try send("written in Tokyo", writtenAt: "2026-11-30T09:30:05.5+09:00").status == 202)
+        let before = Int64(Date().timeIntervalSince1970) * 1000
+        #expect(try send("written tomorrow", writtenAt: Timestamp.iso8601(milliseconds: yesterday + 2 * 86_400_000)).status == 202)
+        #expect(try send("written, it does not say when", writtenAt: nil).status == 202)
+        let after = Int64(Date().timeIntervalSince1970) * 1000 + 1000
+        #expect(try relay.finishDeliveries(timeout: 60))
+        #expect(try dateOfMail("written yesterday") == Timestamp.rfc5322(milliseconds: yesterday))
+        #expect(try dateOfMail("written in Tokyo") == "Mon, 30 Nov 2026 00:30:05 +0000")
+        for body in ["written tomorrow", "written, it does not say when"] {
+            let date = try #require(try dateOfMail(body), "\(body)")
+            let seconds = try Python.run("import email.utils, sys; print(int(email.utils.parsedate_to_datetime(sys.argv[1]).timestamp()))",
+                                         arguments: [date])
+            let moment = (Int64(seconds.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) * 1000
+            #expect(moment >= before && moment <= after, "\(body): dated when the relay took it, \(date)")
+        }
+
+        for bad in ["yesterday", "2026-02-30T00:00:00Z", "2026-12-01T09:30:05", "2026-12-01 09:30:05Z", ""] as [Any] + [1_764_581_405] {
+            let refused = try send("bad date", writtenAt: bad)
+            #expect(refused.status == 400 && refused.errorCode == "invalid_field", "\(bad): \(refused.status) \(refused.text)")
+        }
+        // The key vouches for the time too: the same one again is a replay, another time a conflict.
+        let again = try send("written yesterday", writtenAt: Timestamp.iso8601(milliseconds: yesterday), key: "y")
+        #expect(again.status == 202 && again.header("Idempotent-Replayed") == "true")
+        let moved = try send("written yesterday", writtenAt: Timestamp.iso8601(milliseconds: yesterday + 1000), key: "y")
+        #expect(moved.status == 409 && moved.errorCode == "idempotency_conflict", "\(moved.text)")
+        #expect(try relay.mails(to: "me@example.com").filter { ($0.message["body"] as? String ?? "").contains("bad date") }.isEmpty)
+    }
+
     /// A client that proposes its own secret may register again after a lost answer: the same invite,
     /// spent by the first request, and the same secret give the same device (no limit charged again);
     /// a secret of the wrong shape is refused.

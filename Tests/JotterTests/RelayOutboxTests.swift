@@ -16,6 +16,15 @@ import Testing
         var truncated = addressed.encoded()
         truncated.removeLast(truncated.count - 12)
         #expect(MemoContent(encoded: truncated) == nil, "a recipient length past the end does not read")
+        for written in [MemoContent(subject: "s", body: "b", recipient: "a@example.com", writtenAt: 1_764_581_405_123),
+                        MemoContent(subject: "", body: "", recipient: "a@example.com", writtenAt: -1),
+                        MemoContent(subject: "s", body: "body", writtenAt: Int64.max)] {
+            #expect(written.encoded().first == 3)
+            #expect(MemoContent(encoded: written.encoded()) == written, "\(written)")
+            var short = written.encoded()
+            short.removeLast(written.body.utf8.count + 1)
+            #expect(MemoContent(encoded: short) == nil, "a written time cut short does not read")
+        }
     }
 
     @Test(arguments: RelayStoreKind.available)

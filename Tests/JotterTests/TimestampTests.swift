@@ -53,4 +53,62 @@ import Testing
         }
         #expect(mismatches.isEmpty, "\(mismatches.count) differ, first: \(mismatches.prefix(3))")
     }
+
+    /// Every moment written round-trips through the reader, and the reader agrees with Python's
+    /// `datetime.fromisoformat` on times with offsets and fractions of every length.
+    @Test func rfc3339ReadsWhatIsWrittenAndWhatPythonReads() throws {
+        var random = SystemRandomNumberGenerator()
+        var texts: [String] = []
+        for _ in 0..<5_000 {
+            let moment = Int64.random(in: -30_610_224_000_000...253_402_300_799_999, using: &random)
+            #expect(Timestamp.milliseconds(rfc3339: Timestamp.iso8601(milliseconds: moment)) == moment)
+            let offset = Int.random(in: -(23 * 60 + 59)...(23 * 60 + 59), using: &random)
+            let digits = Int.random(in: 0...6, using: &random)
+            // A local time with its offset, written by hand so the reader is checked against Python's.
+            let parts = Timestamp.brokenDown(milliseconds: moment + Int64(offset) * 60_000)
+            guard (1...9999).contains(parts.year) else { continue }
+            func padded(_ value: Int, _ width: Int) -> String {
+                String(repeating: "0", count: max(0, width - String(value).count)) + String(value)
+            }
+            let fraction = digits == 0 ? "" : "." + String(padded(Int((moment % 1000 + 1000) % 1000), 3)
+                + String(repeating: "7", count: max(0, digits - 3))).prefix(digits)
+            let sign = offset < 0 ? "-" : "+"
+            texts.append("\(padded(parts.year, 4))-\(padded(parts.month, 2))-\(padded(parts.day, 2))T"
+                         + "\(padded(parts.hour, 2)):\(padded(parts.minute, 2)):\(padded(parts.second, 2))\(fraction)"
+                         + "\(sign)\(padded(abs(offset) / 60, 2)):\(padded(abs(offset) % 60, 2))")
+        }
+        let script = """
+            import datetime, re, sys
+            epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+            out = []
+            for line in sys.stdin:
+                # Python reads at most 6 fraction digits; milliseconds are what matter
+                text = re.sub(r'\\.([0-9]+)', lambda m: '.' + (m.group(1) + '00')[:3], line.strip())
+                moment = datetime.datetime.fromisoformat(text)
+                out.append(str((moment - epoch) // datetime.timedelta(milliseconds=1)))
+            sys.stdout.write('\\n'.join(out) + '\\n')
+            """
+        let expected = try Python.run(script, input: Array((texts.joined(separator: "\n") + "\n").utf8))
+            .split(separator: "\n")
+        try #require(expected.count == texts.count)
+        var mismatches: [String] = []
+        for (text, line) in zip(texts, expected) where Timestamp.milliseconds(rfc3339: text).map(String.init) != String(line) {
+            mismatches.append("\(text): \(String(describing: Timestamp.milliseconds(rfc3339: text))) against \(line)")
+        }
+        #expect(mismatches.isEmpty, "\(mismatches.count) differ, first: \(mismatches.prefix(3))")
+        #expect(Timestamp.milliseconds(rfc3339: "2026-12-01t09:30:05z") == 1_796_117_405_000)
+        #expect(Timestamp.milliseconds(rfc3339: "2016-12-31T23:59:60Z") == 1_483_228_799_000)
+    }
+
+    @Test(arguments: [
+        "", "2026-12-01", "2026-12-01T09:30Z", "2026-12-01 09:30:05Z", "2026-12-01T09:30:05",
+        "2026-12-01T09:30:05.Z", "2026-12-01T09:30:05+0100", "2026-12-01T09:30:05+01", "2026-02-30T00:00:00Z",
+        "2025-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z", "2026-12-00T00:00:00Z",
+        "2026-12-01T24:00:00Z", "2026-12-01T09:60:00Z", "2026-12-01T09:30:61Z", "2026-12-01T09:30:05+24:00",
+        "2026-12-01T09:30:05Z ", " 2026-12-01T09:30:05Z", "+2026-12-01T09:30:05Z", "2026-12-01T09:30:05ZZ",
+        "２026-12-01T09:30:05Z", "2026-1-01T09:30:05Z", "1796117405123",
+    ])
+    func rfc3339RefusesWhatIsNotAMoment(text: String) {
+        #expect(Timestamp.milliseconds(rfc3339: text) == nil)
+    }
 }

@@ -596,7 +596,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
             // A relay's message carries its own recipient; a composer's memo goes to the configured one.
             let to = content.recipient.map { MailAddress(address: $0) } ?? configuration.to
-            var message = MailMessage(id: claimed.id, date: claimed.createdAt, from: configuration.from, to: to,
+            // Dated when it was written, if its writer said so (a relay's message, accepted first by its
+            // composer) — never later than it came here, whatever the writer's clock says.
+            let date = min(content.writtenAt ?? claimed.createdAt, claimed.createdAt)
+            var message = MailMessage(id: claimed.id, date: date, from: configuration.from, to: to,
                                       subject: content.subject, body: content.body, attempt: claimed.attempt,
                                       mayHaveBeenDelivered: claimed.attempt > 1 || claimed.createdAt < startedAt)
             message.onBehalfOfRecipient = configuration.onBehalfOfRecipient

@@ -11,15 +11,19 @@ public struct MemoDraft: Sendable, Equatable {
     /// Where this one memo goes, when not to the configured recipient (a relay's messages each have
     /// their own). Sealed with the subject and body, so it is erased with them after delivery.
     public var recipient: String?
+    /// When the memo was written, epoch milliseconds, if before it was accepted here (a relay's message:
+    /// its composer accepted it first). The mail's `Date` is the earlier of this and the accept.
+    public var writtenAt: Int64?
 
     /// A draft with the given fields.
     public init(subject: String? = nil, body: String, idempotencyKey: String? = nil, undoMilliseconds: Int64 = 0,
-                recipient: String? = nil) {
+                recipient: String? = nil, writtenAt: Int64? = nil) {
         self.subject = subject
         self.body = body
         self.idempotencyKey = idempotencyKey
         self.undoMilliseconds = undoMilliseconds
         self.recipient = recipient
+        self.writtenAt = writtenAt
     }
 }
 
@@ -31,20 +35,28 @@ public struct MemoContent: Sendable, Equatable {
     public var body: String
     /// The memo's own recipient (a relay's message), or nil for the configured one.
     public var recipient: String?
+    /// When it was written, if its writer said (a relay's message; see `MemoDraft.writtenAt`).
+    public var writtenAt: Int64?
 
     /// The stored form: a version byte, the subject's length (4 bytes, big-endian), subject, body.
     /// Version 2 (only for a memo with its own recipient) puts the recipient's length and the
-    /// recipient between subject and body, so every memo stored before reads as it did.
+    /// recipient between subject and body; version 3 (only for a memo with a written time) puts the
+    /// recipient's (empty for none) and then the written time (8 bytes, big-endian, two's complement).
+    /// Every memo stored before reads as it did.
     func encoded() -> [UInt8] {
         let subjectBytes = Array(subject.utf8)
-        let recipientBytes = recipient.map { Array($0.utf8) }
-        var bytes: [UInt8] = [recipientBytes == nil ? 1 : 2]
-        bytes.reserveCapacity(9 + subjectBytes.count + (recipientBytes?.count ?? 0) + body.utf8.count)
+        let recipientBytes = recipient.map { Array($0.utf8) } ?? (writtenAt == nil ? nil : [])
+        var bytes: [UInt8] = [writtenAt != nil ? 3 : recipientBytes == nil ? 1 : 2]
+        bytes.reserveCapacity(17 + subjectBytes.count + (recipientBytes?.count ?? 0) + body.utf8.count)
         Self.appendLength(subjectBytes.count, to: &bytes)
         bytes += subjectBytes
         if let recipientBytes {
             Self.appendLength(recipientBytes.count, to: &bytes)
             bytes += recipientBytes
+        }
+        if let writtenAt {
+            let bits = UInt64(bitPattern: writtenAt)
+            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
         }
         bytes += body.utf8
         return bytes
@@ -52,14 +64,23 @@ public struct MemoContent: Sendable, Equatable {
 
     /// Reads the stored form back; nil if it is not one.
     init?(encoded bytes: [UInt8]) {
-        guard let version = bytes.first, version == 1 || version == 2,
+        guard let version = bytes.first, (1...3).contains(version),
               let subjectEnd = Self.field(bytes, at: 1) else { return nil }
         self.subject = String(decoding: bytes[5..<subjectEnd], as: UTF8.self)
         var bodyStart = subjectEnd
-        if version == 2 {
+        if version >= 2 {
             guard let recipientEnd = Self.field(bytes, at: subjectEnd) else { return nil }
-            self.recipient = String(decoding: bytes[(subjectEnd + 4)..<recipientEnd], as: UTF8.self)
+            if version == 2 || recipientEnd > subjectEnd + 4 {
+                self.recipient = String(decoding: bytes[(subjectEnd + 4)..<recipientEnd], as: UTF8.self)
+            }
             bodyStart = recipientEnd
+        }
+        if version == 3 {
+            guard bytes.count >= bodyStart + 8 else { return nil }
+            var bits: UInt64 = 0
+            for byte in bytes[bodyStart..<(bodyStart + 8)] { bits = bits << 8 | UInt64(byte) }
+            self.writtenAt = Int64(bitPattern: bits)
+            bodyStart += 8
         }
         self.body = String(decoding: bytes[bodyStart...], as: UTF8.self)
     }
@@ -78,10 +99,11 @@ public struct MemoContent: Sendable, Equatable {
     }
 
     /// Creates content.
-    public init(subject: String, body: String, recipient: String? = nil) {
+    public init(subject: String, body: String, recipient: String? = nil, writtenAt: Int64? = nil) {
         self.subject = subject
         self.body = body
         self.recipient = recipient
+        self.writtenAt = writtenAt
     }
 }
 

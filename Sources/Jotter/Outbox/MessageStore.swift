@@ -43,7 +43,7 @@ struct MessageStore: Sendable {
         let id = SecureRandom.uuidV7(milliseconds: now, random: random[0..<10])
         let content = MemoContent(subject: draft.subject.map(SubjectLine.sanitized)
                                     ?? SubjectLine.derived(from: draft.body),
-                                  body: draft.body, recipient: draft.recipient)
+                                  body: draft.body, recipient: draft.recipient, writtenAt: draft.writtenAt)
         return Prepared(id: id, createdAt: now,
                         sealedPayload: try sealer.seal(content.encoded(), .payload, id: id,
                                                        nonce: Array(random[10..<(10 + nonce)])),
@@ -99,7 +99,9 @@ struct MessageStore: Sendable {
         // A memo with its own recipient (a relay's) hashes it too, length-prefixed in front behind a
         // marker no other payload starts with; every other memo hashes exactly as before.
         let recipient = draft.recipient.map { [0x52] + Array(String($0.utf8.count).utf8) + [0x3A] + Array($0.utf8) }
-        return (recipient ?? []) + bytes + Array(draft.body.utf8)
+        // And its written time, behind a marker of its own in front of that.
+        let written = draft.writtenAt.map { [0x57] + Array(String($0).utf8) + [0x3A] }
+        return (written ?? []) + (recipient ?? []) + bytes + Array(draft.body.utf8)
     }
 
     // MARK: Lifecycle

@@ -34,6 +34,19 @@ enum RelayJSON {
             return .success(text)
         }
 
+        /// Member `key` as an RFC 3339 date and time (`2026-12-01T09:30:05.123Z`), in epoch milliseconds;
+        /// nil when absent.
+        func moment(_ key: String) -> Result<Int64?, Failure> {
+            string(key, required: false, maximumBytes: 64).flatMap { text in
+                guard let text else { return .success(nil) }
+                guard let milliseconds = Timestamp.milliseconds(rfc3339: text) else {
+                    return .failure(Failure(status: 400, code: "invalid_field",
+                                            message: "\(key) must be an RFC 3339 date and time, like 2026-12-01T09:30:05Z."))
+                }
+                return .success(milliseconds)
+            }
+        }
+
         /// Member `key` as an email address a relay can send to (one too long is no such address).
         func address(_ key: String) -> Result<DestinationAddress, Failure> {
             string(key, required: true).flatMap { text in

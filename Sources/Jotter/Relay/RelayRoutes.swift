@@ -271,16 +271,18 @@ struct RelayRoutes: Sendable {
             return respond(.error(400, code: "invalid_idempotency_key",
                                   message: "Idempotency-Key must be one value of 1-256 visible ASCII characters."))
         }
-        let to: DestinationAddress, body: String
+        let to: DestinationAddress, body: String, writtenAt: Int64?
         var subject: String?
-        switch RelayJSON.object(request, allowed: ["to", "subject", "body"]).flatMap({ fields in
+        switch RelayJSON.object(request, allowed: ["to", "subject", "body", "written_at"]).flatMap({ fields in
             fields.address("to").flatMap { to in
                 fields.string("subject", required: false, maximumBytes: RelayConfiguration.maxSubjectBytes).flatMap { subject in
-                    fields.string("body", required: true).map { (to, subject, $0 ?? "") }
+                    fields.string("body", required: true).flatMap { body in
+                        fields.moment("written_at").map { (to, subject, body ?? "", $0) }
+                    }
                 }
             }
         }) {
-        case .success(let parsed): (to, subject, body) = parsed
+        case .success(let parsed): (to, subject, body, writtenAt) = parsed
         case .failure(let error): return respond(error.response)
         }
         // Nothing a reader could see is no body, as the composer counts it (it mailed spaces and tabs); a
@@ -293,8 +295,8 @@ struct RelayRoutes: Sendable {
             return respond(.error(413, code: "too_large", message: "The message body is larger than a relay accepts "
                                       + "(\(RelayConfiguration.maxMessageBodyBytes) bytes of UTF-8)."))
         }
-        service.send(deviceID: device, to: to, subject: subject, body: body, idempotencyKey: keys.first,
-                     client: request.remoteAddress) { result in
+        service.send(deviceID: device, to: to, subject: subject, body: body, writtenAt: writtenAt,
+                     idempotencyKey: keys.first, client: request.remoteAddress) { result in
             respond(Self.answering(result) { outcome in
             switch outcome {
             case .accepted(let id, let states):

@@ -234,14 +234,16 @@ public final class RelayService: Sendable {
     // MARK: Messages
 
     /// Accepts a message for `to` (validated) once the device has verified it, within the limits,
-    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do. `completion`
-    /// runs once the message is on disk (or with why not), on the relay's queue.
-    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, idempotencyKey: String?,
-                     client: String, completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
+    /// durably in the outbox; honours `idempotencyKey` (validated) as the mail APIs do. `writtenAt` is
+    /// when its composer took it (the mail's `Date`, if not later than now). `completion` runs once the
+    /// message is on disk (or with why not), on the relay's queue.
+    public func send(deviceID: String, to: DestinationAddress, subject: String?, body: String, writtenAt: Int64? = nil,
+                     idempotencyKey: String?, client: String,
+                     completion: @escaping @Sendable (Result<Sending, any Error>) -> Void) {
         let now = clock.nowMilliseconds()
         let leaseUntil = now + configuration.idempotencyLeaseMilliseconds
         let idempotency = idempotencyKey.map {
-            idempotencyHashes(deviceID: deviceID, key: $0, to: to, subject: subject, body: body)
+            idempotencyHashes(deviceID: deviceID, key: $0, to: to, subject: subject, body: body, writtenAt: writtenAt)
         }
         let admission = MessageAdmission(
             deviceID: deviceID, addressKey: addressKey(to), idempotency: idempotency,
@@ -271,7 +273,8 @@ public final class RelayService: Sendable {
         // The outbox's own key for this reservation: a message stored before a crash is found again
         // when the reservation is taken over, instead of being stored (and sent) twice.
         let outboxKey = idempotency.flatMap { hashes in reservedAt.map { Self.outboxKey(hashes, reservedAt: $0) } }
-        let draft = MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey, recipient: to.address)
+        let draft = MemoDraft(subject: subject, body: body, idempotencyKey: outboxKey, recipient: to.address,
+                              writtenAt: writtenAt)
         enqueue(draft) { [store, clock, logger] result in
             switch result {
             case .success(let id):
@@ -414,9 +417,13 @@ public final class RelayService: Sendable {
 
     /// The keyed hashes of an `Idempotency-Key` (bound to the device) and of the payload sent with it.
     func idempotencyHashes(deviceID: String, key: String, to: DestinationAddress, subject: String?,
-                           body: String) -> IdempotencyHashes {
-        IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
-                          payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]))
+                           body: String, writtenAt: Int64? = nil) -> IdempotencyHashes {
+        // A written time is hashed only when given, so a key stored before the field existed still
+        // matches its retry.
+        let written = writtenAt.map { ["written_at", String($0)] } ?? []
+        return IdempotencyHashes(keyHash: keys.hash("idempotency-key", [deviceID, key]),
+                                 payloadHash: keys.hash("payload", [to.address, subject.map { "1" + $0 } ?? "0", body]
+                                                            + written))
     }
 
     /// The outbox's `Idempotency-Key` for a reservation made at `reservedAt`.

@@ -53,6 +53,77 @@ public enum Timestamp {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// Epoch milliseconds of an RFC 3339 date-time (`2026-12-01T09:30:05.123Z`, `…T10:30:05+01:00`;
+    /// `T` and `Z` in either case, any number of fraction digits, of which milliseconds are kept), or nil
+    /// if `text` is not one or names no real moment (February 30th, hour 24). A leap second is read as
+    /// the second before it.
+    public static func milliseconds(rfc3339 text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        func number(_ range: Range<Int>) -> Int? {
+            guard range.upperBound <= bytes.count else { return nil }
+            var value = 0
+            for byte in bytes[range] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        func byte(_ index: Int, is expected: UInt8...) -> Bool { index < bytes.count && expected.contains(bytes[index]) }
+        guard let year = number(0..<4), byte(4, is: UInt8(ascii: "-")), let month = number(5..<7),
+              byte(7, is: UInt8(ascii: "-")), let day = number(8..<10), byte(10, is: UInt8(ascii: "T"), UInt8(ascii: "t")),
+              let hour = number(11..<13), byte(13, is: UInt8(ascii: ":")), let minute = number(14..<16),
+              byte(16, is: UInt8(ascii: ":")), let second = number(17..<19),
+              (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
+              hour < 24, minute < 60, second <= 60 else { return nil }
+        var index = 19
+        var millisecond = 0
+        if byte(index, is: UInt8(ascii: ".")) {
+            index += 1
+            let digitsStart = index
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) {
+                if index - digitsStart < 3 { millisecond = millisecond * 10 + Int(bytes[index] - UInt8(ascii: "0")) }
+                index += 1
+            }
+            guard index > digitsStart else { return nil }
+            for _ in min(index - digitsStart, 3)..<3 { millisecond *= 10 }
+        }
+        var offsetMinutes = 0
+        if byte(index, is: UInt8(ascii: "Z"), UInt8(ascii: "z")) {
+            index += 1
+        } else if byte(index, is: UInt8(ascii: "+"), UInt8(ascii: "-")) {
+            guard let hours = number((index + 1)..<(index + 3)), byte(index + 3, is: UInt8(ascii: ":")),
+                  let minutes = number((index + 4)..<(index + 6)), hours < 24, minutes < 60 else { return nil }
+            offsetMinutes = (hours * 60 + minutes) * (bytes[index] == UInt8(ascii: "-") ? -1 : 1)
+            index += 6
+        } else {
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        let seconds = days(year: year, month: month, day: day) * 86_400 + hour * 3_600 + (minute - offsetMinutes) * 60
+            + min(second, 59)
+        return Int64(seconds) * 1000 + Int64(millisecond)
+    }
+
+    /// Days since 1970-01-01 of a date in the proleptic Gregorian calendar (Howard Hinnant's
+    /// `days_from_civil`, the inverse of `brokenDown`'s).
+    static func days(year: Int, month: Int, day: Int) -> Int {
+        let shiftedYear = month <= 2 ? year - 1 : year
+        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
+        let yearOfEra = shiftedYear - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// How many days `month` of `year` has.
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
     /// A UTC calendar date and time of day.
     struct Parts {
         var year, month, day, hour, minute, second, weekday: Int

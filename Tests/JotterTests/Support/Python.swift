@@ -9,6 +9,9 @@ enum Python {
 
     /// Runs `script` with `arguments`; returns standard output, throws with standard error on failure.
     static func run(_ script: String, arguments: [String] = [], input: [UInt8] = []) throws -> String {
+        // A script that fails before it read its input closes the pipe: that is its error to report,
+        // not a SIGPIPE that ends the whole test process.
+        signal(SIGPIPE, SIG_IGN)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = ["-c", script] + arguments

@@ -34,13 +34,23 @@ struct JotterRelayTransport: Transport {
         }
         guard let to = try account.destination().address else { throw DeliveryFailure(.unverified, permanent: true) }
         let (subject, body) = Self.fitted(subject: message.subject, body: message.body)
-        var json = JSONWriter()
-        json.object { json in
-            json.field("to", to)
-            json.field("subject", subject)
-            json.field("body", body)
+        func request(written: Bool) -> [UInt8] {
+            var json = JSONWriter()
+            json.object { json in
+                json.field("to", to)
+                json.field("subject", subject)
+                json.field("body", body)
+                // When it was written, for the mail's Date: a memo that waited here for the relay is
+                // not dated when the relay took it.
+                if written { json.field("written_at", Timestamp.iso8601(milliseconds: message.date)) }
+            }
+            return json.bytes
         }
-        let answer = try account.call("/v1/messages", json: json.bytes, idempotencyKey: message.id)
+        var answer = try account.call("/v1/messages", json: request(written: true), idempotencyKey: message.id)
+        if answer.status == 400, answer.errorCode == "unknown_field" {
+            // A relay from before written times: it dates the mail when it takes it.
+            answer = try account.call("/v1/messages", json: request(written: false), idempotencyKey: message.id)
+        }
         switch (answer.status, answer.errorCode) {
         case (200..<300, _):
             // A relay that names no message (an older one) has said all it will: its 202 is the outcome.
