@@ -102,6 +102,30 @@ import Testing
         }
     }
 
+    /// A bad value from the environment (a unit file, a container) is named by its variable, which is
+    /// what the operator wrote, for `serve` and `relay` alike; one from the command line by its flag.
+    @Test func aBadValueFromTheEnvironmentIsNamedByItsVariable() {
+        func refusal(_ arguments: [String], _ environment: [String: String]) -> String {
+            var environment = environment
+            environment["HOME"] = "/home/me"
+            do {
+                _ = try Self.parse(arguments, environment: environment)
+                return "accepted"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refusal(["serve"], ["JOTTER_PORT": "abc"]) == "JOTTER_PORT must be a number from 0 to 65535")
+        #expect(refusal(["serve", "--port", "abc"], ["JOTTER_PORT": "1"]) == "--port must be a number from 0 to 65535")
+        #expect(refusal(["serve"], ["JOTTER_RATE_LIMIT": "lots"]).hasPrefix("JOTTER_RATE_LIMIT must be"))
+        #expect(refusal(["serve"], ["JOTTER_HEADER_TIMEOUT": "0"]).hasPrefix("JOTTER_HEADER_TIMEOUT must be"))
+        #expect(refusal(["serve"], ["JOTTER_RELAY_FILE": "/nonexistent/relay"])
+            .hasPrefix("cannot read JOTTER_RELAY_FILE /nonexistent/relay"))
+        #expect(refusal(["relay"], ["JOTTER_RELAY_PORT": "70000"]) == "JOTTER_RELAY_PORT must be a number from 0 to 65535")
+        #expect(refusal(["relay"], ["JOTTER_RELAY_LIMIT_IP_HOUR": "-1"]).hasPrefix("JOTTER_RELAY_LIMIT_IP_HOUR must be"))
+        #expect(refusal(["relay", "--limit-ip-hour", "-1"], [:]).hasPrefix("--limit-ip-hour must be"))
+    }
+
     @Test func theMailURLCanComeFromAFile() throws {
         let directory = TemporaryDirectory()
         try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,

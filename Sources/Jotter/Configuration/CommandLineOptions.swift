@@ -221,84 +221,112 @@ public enum CommandLineOptions {
         }
         preferCommandLine(&values, given: onCommandLine, spellings: ("--relay", "--relay-file"))
 
-        let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
-        var configuration = Configuration(dataDirectory: dataDirectory,
-                                          publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
-        configuration.relay = values["--relay"]
-        configuration.lan = lan
-        configuration.insecureHTTP = insecureHTTP
-        if insecureHTTP && !lan {
-            throw UsageError(description: "--insecure-http only makes sense with --lan")
-        }
-        if lan && values["--host"] == nil {
-            configuration.http.host = "0.0.0.0"
-        }
-        configuration.allowedHosts = allowedHosts.filter { !$0.isEmpty }
-        if let limit = values["--rate-limit"] {
-            if limit == "off" {
-                configuration.rateLimit = nil
-            } else {
-                guard let perMinute = Int(limit), (1...1_000_000).contains(perMinute) else {
-                    throw UsageError(description: "--rate-limit must be a number of memos per minute, or off")
+        return try namingEnvironment(flags, given: onCommandLine, in: values) {
+            let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
+            var configuration = Configuration(dataDirectory: dataDirectory,
+                                              publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
+            configuration.relay = values["--relay"]
+            configuration.lan = lan
+            configuration.insecureHTTP = insecureHTTP
+            if insecureHTTP && !lan {
+                throw UsageError(description: "--insecure-http only makes sense with --lan")
+            }
+            if lan && values["--host"] == nil {
+                configuration.http.host = "0.0.0.0"
+            }
+            configuration.allowedHosts = allowedHosts.filter { !$0.isEmpty }
+            if let limit = values["--rate-limit"] {
+                if limit == "off" {
+                    configuration.rateLimit = nil
+                } else {
+                    guard let perMinute = Int(limit), (1...1_000_000).contains(perMinute) else {
+                        throw UsageError(description: "--rate-limit must be a number of memos per minute, or off")
+                    }
+                    configuration.rateLimit = RateLimiter.Limits(burst: Double(perMinute),
+                                                                 perSecond: Double(perMinute) / 60)
                 }
-                configuration.rateLimit = RateLimiter.Limits(burst: Double(perMinute),
-                                                             perSecond: Double(perMinute) / 60)
             }
-        }
-        if let path = values["--relay-file"] {
-            guard configuration.relay == nil else {
-                throw UsageError(description: "give --relay or --relay-file, not both")
+            if let path = values["--relay-file"] {
+                guard configuration.relay == nil else {
+                    throw UsageError(description: "give --relay or --relay-file, not both")
+                }
+                configuration.relay = try readRelayFile(path)
             }
-            configuration.relay = try readRelayFile(path)
-        }
-        if let slots = values["--slots"] {
-            guard let number = Int(slots), (1...64).contains(number) else {
-                throw UsageError(description: "--slots must be a number from 1 to 64")
+            if let slots = values["--slots"] {
+                guard let number = Int(slots), (1...64).contains(number) else {
+                    throw UsageError(description: "--slots must be a number from 1 to 64")
+                }
+                configuration.delivery.slots = number
             }
-            configuration.delivery.slots = number
-        }
-        if let cap = values["--retry-cap"] {
-            guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
-                throw UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
+            if let cap = values["--retry-cap"] {
+                guard let seconds = Int64(cap), (1...86_400).contains(seconds) else {
+                    throw UsageError(description: "--retry-cap must be a number of seconds from 1 to 86400")
+                }
+                configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
             }
-            configuration.delivery.retryPolicy.capMilliseconds = seconds * 1000
-        }
-        if let undo = values["--undo-seconds"] {
-            guard let seconds = Int64(undo), (0...600).contains(seconds) else {
-                throw UsageError(description: "--undo-seconds must be a number of seconds from 0 to 600")
+            if let undo = values["--undo-seconds"] {
+                guard let seconds = Int64(undo), (0...600).contains(seconds) else {
+                    throw UsageError(description: "--undo-seconds must be a number of seconds from 0 to 600")
+                }
+                configuration.undoMilliseconds = seconds * 1000
             }
-            configuration.undoMilliseconds = seconds * 1000
-        }
-        if let warn = values["--warn-after"] {
-            guard let seconds = Int64(warn), (1...30 * 86_400).contains(seconds) else {
-                throw UsageError(description: "--warn-after must be a number of seconds from 1 to 2592000")
+            if let warn = values["--warn-after"] {
+                guard let seconds = Int64(warn), (1...30 * 86_400).contains(seconds) else {
+                    throw UsageError(description: "--warn-after must be a number of seconds from 1 to 2592000")
+                }
+                configuration.delivery.warnAfterMilliseconds = seconds * 1000
             }
-            configuration.delivery.warnAfterMilliseconds = seconds * 1000
-        }
-        if let host = values["--host"] {
-            guard !host.isEmpty else { throw UsageError(description: "--host needs a value") }
-            configuration.http.host = host
-        }
-        if let port = values["--port"] {
-            guard let number = Int(port), (0...65535).contains(number) else {
-                throw UsageError(description: "--port must be a number from 0 to 65535")
+            if let host = values["--host"] {
+                guard !host.isEmpty else { throw UsageError(description: "--host needs a value") }
+                configuration.http.host = host
             }
-            configuration.http.port = number
-        }
-        if let maxBody = values["--max-body"] {
-            guard let number = Int(maxBody), number >= 1024, number <= 64 * 1024 * 1024 else {
-                throw UsageError(description: "--max-body must be a number of bytes from 1024 to 67108864")
+            if let port = values["--port"] {
+                guard let number = Int(port), (0...65535).contains(number) else {
+                    throw UsageError(description: "--port must be a number from 0 to 65535")
+                }
+                configuration.http.port = number
             }
-            configuration.http.maxBodyBytes = number
-        }
-        try parseLimits(values, into: &configuration.http)
-        if let level = values["--log-level"] {
-            guard let parsed = Logger.Level(name: level) else {
-                throw UsageError(description: "--log-level must be one of trace, debug, info, notice, warning, error")
+            if let maxBody = values["--max-body"] {
+                guard let number = Int(maxBody), number >= 1024, number <= 64 * 1024 * 1024 else {
+                    throw UsageError(description: "--max-body must be a number of bytes from 1024 to 67108864")
+                }
+                configuration.http.maxBodyBytes = number
             }
-            configuration.logLevel = parsed
+            try parseLimits(values, into: &configuration.http)
+            if let level = values["--log-level"] {
+                guard let parsed = Logger.Level(name: level) else {
+                    throw UsageError(description: "--log-level must be one of trace, debug, info, notice, warning, error")
+                }
+                configuration.logLevel = parsed
+            }
+            return .serve(configuration)
         }
-        return .serve(configuration)
+    }
+
+    /// Runs `parse`; its complaint about a flag whose value came from the flag's environment variable
+    /// names the variable instead (`JOTTER_PORT must be a number…`): the operator of a unit file or a
+    /// container never typed `--port`. `flags` maps flags to variables, `given` holds those on the
+    /// command line.
+    static func namingEnvironment<T>(_ flags: [String: String], given: Set<String>, in values: [String: String],
+                                     _ parse: () throws -> T) throws -> T {
+        do {
+            return try parse()
+        } catch let error as UsageError {
+            let fromEnvironment = flags.filter { values[$0.key] != nil && !given.contains($0.key) }
+            // The longest flag first: `--relay-file` is not `--relay` followed by "-file".
+            let text = error.description
+            for (flag, variable) in fromEnvironment.sorted(by: { $0.key.count > $1.key.count }) {
+                var index = text.startIndex
+                while index < text.endIndex {
+                    let rest = text[index...]
+                    if rest.hasPrefix(flag), [nil, " ", ":", ","].contains(rest.dropFirst(flag.count).first) {
+                        throw UsageError(description: text[..<index] + variable + rest.dropFirst(flag.count))
+                    }
+                    index = text.index(after: index)
+                }
+            }
+            throw error
+        }
     }
 
     /// A flag wins over the environment, also over the other spelling of the same setting: `--relay`

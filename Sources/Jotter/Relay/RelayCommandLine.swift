@@ -102,7 +102,9 @@ public enum RelayCommandLine {
             onCommandLine.insert(name)
         }
         CommandLineOptions.preferCommandLine(&values, given: onCommandLine, spellings: ("--mail", "--mail-file"))
-        return .relay(try configuration(values, environment: environment))
+        return .relay(try CommandLineOptions.namingEnvironment(flags, given: onCommandLine, in: values) {
+            try configuration(values, environment: environment)
+        })
     }
 
     private static func configuration(_ values: [String: String],
