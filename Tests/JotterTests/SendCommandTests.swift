@@ -185,6 +185,30 @@ import Testing
         #expect(!row.unicodeScalars.contains("\u{202E}") && row.contains("gnp.exe"), "\(row)")
     }
 
+    /// The table lines up as a terminal draws it: subjects in Japanese, Korean and emoji (two columns a
+    /// character) and with combining accents (none) do not push the NOTE column out of line, and a long
+    /// wide subject is cut at 40 columns, not 40 characters.
+    @Test func historyColumnsLineUpForWideSubjects() throws {
+        let subjects = ["buy milk", "牛乳を買う", "우유 사기", "👍🏽 done 🇫🇷", "cafe\u{301} au lait",
+                        String(repeating: "長", count: 30)]
+        let entries = try JSONValue.parse(Array(("[" + subjects.map { subject in
+            #"{"created_at":"2026-12-07T08:33:05.123Z","status":"retrying","attempts":2,"subject":"\#(subject)","last_error":"timeout"}"#
+        }.joined(separator: ",") + "]").utf8))
+        guard case .array(let list) = entries else { Issue.record("not a list"); return }
+        let lines = HistoryCommand.table(list).split(separator: "\n").map(String.init)
+        try #require(lines.count == subjects.count + 1)
+        // Where NOTE (or "timeout") starts, in columns.
+        let starts = lines.map { line -> Int in
+            let marker = line.hasPrefix("ACCEPTED") ? "NOTE" : "timeout"
+            let head = line.components(separatedBy: marker)[0]
+            return TerminalColumns.count(head)
+        }
+        #expect(Set(starts).count == 1, "\(lines.joined(separator: "\n"))")
+        let long = try #require(lines.last)
+        #expect(long.contains(String(repeating: "長", count: 19) + "…") && !long.contains(String(repeating: "長", count: 20)),
+                "39 columns of a wide subject hold 19 of its characters: \(long)")
+    }
+
     /// A LAN server answers over HTTPS with a certificate of its own CA: `--ca` trusts it; without it
     /// the command says what to do at once instead of waiting a minute for "no answer".
     @Test func aLANServerIsReachedWithItsOwnCA() throws {

@@ -42,15 +42,17 @@ public enum HistoryCommand {
                 if scalar.isBidiControl { return nil }
                 return scalar.properties.generalCategory == .control ? " " : String(scalar)
             }.joined()
-            if subject.count > 40 { subject = String(subject.prefix(39)) + "…" }
+            if TerminalColumns.count(subject) > 40 { subject = TerminalColumns.prefix(subject, columns: 39) + "…" }
             rows.append([localTime(created) ?? String(created.prefix(19)).replacingLiterally("T", with: " "),
                          entry["status"]?.string ?? "?", entry["attempts"]?.integer.map(String.init) ?? "0",
                          subject, note])
         }
-        let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        // Aligned by terminal columns, not characters: 日本語 takes six, as the terminal draws it.
+        let widths = (0..<5).map { column in rows.map { TerminalColumns.count($0[column]) }.max() ?? 0 }
         return rows.map { row in
             row.enumerated().map { index, cell in
-                index == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[index] - cell.count)
+                index == row.count - 1 ? cell
+                    : cell + String(repeating: " ", count: widths[index] - TerminalColumns.count(cell))
             }.joined(separator: "  ").trimmingTrailingSpaces()
         }.joined(separator: "\n") + "\n"
     }
