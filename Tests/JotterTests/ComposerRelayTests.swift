@@ -238,11 +238,21 @@ struct ComposerRelayTests {
         #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["last_error"] as? String == "relay_held" },
                 "\((try? pair.entry(id)) ?? [:])")
         #expect(try pair.delivered().isEmpty)
+        // /healthz (and the page's line from it) says so: not "ok" while the relay cannot mail.
+        func health() throws -> [String: Any] { try #require(try pair.composer.route("GET", "/healthz").json as? [String: Any]) }
+        let held = try health()
+        #expect(held["status"] as? String == "degraded", "\(held)")
+        let relayState = held["relay"] as? [String: Any]
+        #expect(relayState?["state"] as? String == "held" && relayState?["reason"] as? String == "relay_held", "\(held)")
+        #expect(relayState?["since"] is String)
         // The relay's operator fixes its mail settings: the relay's next test mails it.
         mail.release()
         #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
                 "\((try? pair.entry(id)) ?? [:])")
         #expect(try pair.delivered().map { $0.trimmingCharacters(in: .newlines) } == ["memo while the relay's password is wrong"])
+        let healed = try health()
+        #expect(healed["status"] as? String == "ok" && (healed["relay"] as? [String: Any])?["state"] as? String == "ok",
+                "\(healed)")
     }
 
     /// A memo the relay it was handed to still holds is that relay's to deliver: pointing the composer

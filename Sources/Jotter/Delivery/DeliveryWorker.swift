@@ -139,7 +139,15 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     /// How the relay is doing.
-    public var relayState: RelayState { relay.withLock { $0 } }
+    public var relayState: RelayState {
+        let state = relay.withLock { $0 }
+        guard state == .ok, let since = heldAtTheRelay.withLock({ $0 }) else { return state }
+        return .held(since: since)
+    }
+
+    /// Since when the Jotter relay has said it holds memos it cannot mail (`relay_held`); nil once one
+    /// is delivered. Reported as `RelayState.held`, nothing more.
+    private let heldAtTheRelay = Mutex<Int64?>(nil)
 
     /// Re-queues memos an earlier process left mid-send, then starts delivering. Memos held because
     /// the relay refused before (and the configuration did not change since: else they were released)
@@ -634,6 +642,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 try lifecycle.delivered(now: now)
             }
         }
+        heldAtTheRelay.withLock { $0 = nil }
         relayAccepts()
         let duration = Self.milliseconds(since: start)
         for (claimed, receipt) in delivered {
@@ -650,6 +659,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         let now = clock.nowMilliseconds()
         let offline = error.isOffline
         if offline { goOffline() }
+        if error.kind == .relayHeld { heldAtTheRelay.withLock { $0 = $0 ?? now } }
         let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
         let probeAt = now + configuration.offlineProbeMilliseconds
         var capped = configuration.retryPolicy

@@ -9,13 +9,18 @@ public enum RelayState: Sendable, Equatable {
     /// relay is re-tested with one of them on a slow schedule, at once on a Retry or a new configuration.
     /// `hint` says what to change when Jotter could find out (the names a certificate is for).
     case refused(kind: String, since: Int64, hint: String? = nil)
+    /// A Jotter relay takes memos but cannot mail them (its own mail provider refuses it) since `since`:
+    /// it keeps them and keeps trying, and so does this composer. Only reported (`/healthz`, the page):
+    /// the worker goes on as for `ok`.
+    case held(since: Int64)
 
-    /// `ok`, `offline` or `refused`.
+    /// `ok`, `offline`, `refused` or `held`.
     public var name: String {
         switch self {
         case .ok: return "ok"
         case .offline: return "offline"
         case .refused: return "refused"
+        case .held: return "held"
         }
     }
 }

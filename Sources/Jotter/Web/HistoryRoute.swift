@@ -183,6 +183,9 @@ struct HistoryRoute: Sendable {
                 json.field("reason", kind)
                 json.field("since", Timestamp.iso8601(milliseconds: since))
                 if let hint { json.field("hint", hint) }
+            case .held(let since):
+                json.field("reason", DeliveryFailure.Kind.relayHeld.rawValue)
+                json.field("since", Timestamp.iso8601(milliseconds: since))
             }
         }
     }
