@@ -191,7 +191,7 @@ import Testing
         #expect(server.logs.captured.contains("error.kind=mailbox_full"))
     }
 
-    @Test(arguments: [SMTPServer.Stage.rcpt, .data])
+    @Test(arguments: [SMTPServer.Stage.data])
     func aPermanentRefusalFailsKeepsTheMemoAndRetryOnRequestDeliversOnce(stage: SMTPServer.Stage) throws {
         let fixture = try Fixture(mode: .plain)
         defer { fixture.stop() }
@@ -457,8 +457,10 @@ import Testing
         #expect(entry.status == "held" && entry.lastError == "auth", "\(entry)")
     }
 
-    /// A refused recipient stays that memo's refusal: a relay's recipients differ from memo to memo.
-    @Test func aRefusedRecipientFailsTheMemoNotTheRelay() throws {
+    /// A composer's memos all go to its one `to=`: a refused recipient refuses every memo alike, so they
+    /// wait, held with a hint to check `to=` (one attempt for all), and go once it is taken. A relay's
+    /// recipients differ from message to message: there it stays that message's refusal.
+    @Test func aRefusedRecipientHoldsAComposersMemosButFailsARelaysMessage() throws {
         let fixture = try Fixture(mode: .plain)
         defer { fixture.stop() }
         try fixture.smtp.refuse(.rcpt, reply: "550 5.1.1 <me@example.com>: Recipient address rejected: User unknown")
@@ -466,9 +468,16 @@ import Testing
         defer { server.stop() }
         let id = try DeliveryKit.send(server, body: "to nobody")
         let entry = try DeliveryKit.settle(server, id)
-        #expect(entry.status == "failed" && entry.lastError == "rejected", "\(entry)")
+        #expect(entry.status == "held" && entry.lastError == "configuration", "\(entry)")
         let health = try #require(try server.route("GET", "/healthz").json as? [String: Any])
-        #expect((health["relay"] as? [String: Any])?["state"] as? String == "ok")
+        let relay = health["relay"] as? [String: Any]
+        #expect(relay?["state"] as? String == "refused" && (relay?["hint"] as? String)?.contains("to=") == true, "\(health)")
+        try fixture.smtp.acceptAll()
+        #expect(try server.route("POST", "/history/\(id)/retry").status == 202)
+        #expect(try DeliveryKit.wait(server, id, timeout: 30) { $0.status == "sent" }.status == "sent")
+        #expect(fixture.smtp.received.count == 1)
+        let relayMessage = SMTPTransport.failure(curl: CurlError(code: 55), reply: 550, refused: "RCPT", recipientIsFixed: false)
+        #expect(relayMessage.kind == .rejected && relayMessage.isPermanent)
     }
 
     // MARK: Offline

@@ -12,6 +12,12 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case serverError = "server_error"
         /// The recipient's mailbox is over its quota (SMTP 552): retried, as RFC 5321 asks, until there is room.
         case mailboxFull = "mailbox_full"
+        /// The mail server refuses a message this large (SMTP `5.3.4`, `5.2.3`): permanent.
+        case tooLarge = "too_large"
+        /// The mail server took the whole message and never answered (the connection dropped, or no reply
+        /// within 10 minutes): it may have been delivered. Tried once more, a minute later; a second time,
+        /// the memo fails, so a server that keeps doing it gets at most two copies.
+        case noReply = "no_reply"
         case conflict
         case io
         case configuration

@@ -37,6 +37,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         /// While the relay refuses (a wrong password, a certificate that does not verify), how often
         /// to try it again with one held memo.
         public var refusedRetestMilliseconds: Int64 = 15 * 60_000
+        /// A message the server took whole without answering (`no_reply`) may have arrived: its one more
+        /// try waits this long (the server may still be at it), above the backoff cap if need be.
+        public var noReplyRetryMilliseconds: Int64 = 60_000
         /// A memo not delivered this long after it was accepted is stuck: logged once, and shown.
         public var warnAfterMilliseconds: Int64 = 3_600_000
         /// For a transport that delivers in batches: when memos come in a stream (one arrives while the
@@ -664,7 +667,13 @@ public final class DeliveryWorker: @unchecked Sendable {
         let probeAt = now + configuration.offlineProbeMilliseconds
         var capped = configuration.retryPolicy
         if error.isAtTheRelay { capped.capMilliseconds = min(capped.capMilliseconds, Self.relayCheckCapMilliseconds) }
-        let policy = capped
+        var waited = error
+        if error.kind == .noReply {
+            let wait = configuration.noReplyRetryMilliseconds
+            waited.retryAfterMilliseconds = max(error.retryAfterMilliseconds ?? 0, wait)
+            capped.capMilliseconds = max(capped.capMilliseconds, wait)
+        }
+        let policy = capped, error = waited
         // Not the relay's answer but its absence: wait for a probe, keep the ladder where it is.
         let refused = error.refusesTheRelay, shared = outbox.leasesAreShared
         if refused { relayRefused(kind: error.kind.rawValue, hint: error.hint) }

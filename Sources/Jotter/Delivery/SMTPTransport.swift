@@ -67,7 +67,9 @@ public struct SMTPTransport: Transport {
             do throws(CurlError) {
                 try handle.perform()
             } catch {
-                throw Self.failure(curl: error, reply: handle.responseCode, refused: handle.refusedSMTPCommand).explainingCertificate(error, CertificateNames.Target(
+                throw Self.failure(curl: error, reply: handle.responseCode, refused: handle.refusedSMTPCommand,
+                                   enhanced: handle.enhancedStatus, uploaded: handle.uploaded,
+                                   recipientIsFixed: !message.onBehalfOfRecipient).explainingCertificate(error, CertificateNames.Target(
                     url: url, protocols: settings.implicitTLS ? "smtps" : "smtp", startTLS: !settings.implicitTLS,
                     host: settings.host, caFile: settings.caFile, timeoutSeconds: settings.timeoutSeconds))
             }
@@ -101,14 +103,40 @@ public struct SMTPTransport: Transport {
     /// account may not send as): not this memo's failure but the configuration's, so the memos wait, held,
     /// until it changes or the server accepts again — not one failed memo after another. A refused `RCPT` or
     /// message stays this memo's (a relay's recipients differ; the content may be what was refused).
-    static func failure(curl error: CurlError, reply: Int, refused command: String? = nil) -> DeliveryFailure {
+    ///
+    /// A 5xx before the message went out and before any command of the message (`554` or `521` as the
+    /// greeting, a refused EHLO or STARTTLS) refuses this client, not the memo: held as the configuration's
+    /// too. So is a refused `RCPT` when every memo goes to the same configured recipient (a composer's;
+    /// `recipientIsFixed`). An enhanced status code (RFC 3463) says what a `552` is: `5.3.4` and `5.2.3`, a
+    /// message too large, fail at once; otherwise a full mailbox, tried again. And a message taken whole
+    /// (`uploaded`) with no reply to it is `noReply`: it may have arrived.
+    static func failure(curl error: CurlError, reply: Int, refused command: String? = nil, enhanced: String? = nil,
+                        uploaded: Bool = false, recipientIsFixed: Bool = false) -> DeliveryFailure {
+        let tooLarge = enhanced == "5.3.4" || enhanced == "5.2.3"
+        // The last reply is still DATA's `354` (or none): the end of the message was never answered.
+        if uploaded && (reply == 354 || reply == 0) {
+            let code = CURLcode(rawValue: UInt32(error.code))
+            if [CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_OPERATION_TIMEDOUT].contains(code) {
+                return DeliveryFailure(.noReply, permanent: false)
+            }
+        }
         switch reply {
         // First: a login that is missing or refused is answered at MAIL too (`530 5.7.57 Client not
         // authenticated`), and is the password's, not the sender's.
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
+        case 500..<600 where tooLarge: return DeliveryFailure(.tooLarge, permanent: true)
         case 500..<600 where command == "MAIL" && reply != 552:
             var failure = DeliveryFailure(.configuration, permanent: true)
             failure.hint = "the mail server refuses MAIL FROM (reply \(reply)): check from= and that this account may send from it"
+            return failure
+        case 500..<600 where command == "RCPT" && recipientIsFixed && reply != 552:
+            var failure = DeliveryFailure(.configuration, permanent: true)
+            failure.hint = "the mail server refuses the recipient (reply \(reply)): check to= and that this account may send there"
+            return failure
+        case 500..<600 where command == nil && !uploaded:
+            var failure = DeliveryFailure(.configuration, permanent: true)
+            failure.hint = "the mail server refuses this connection (reply \(reply)) before any memo: check the host, "
+                + "and that this machine may send through it"
             return failure
         case 552: return DeliveryFailure(.mailboxFull, permanent: false)
         case 400..<500: return DeliveryFailure(.serverError, permanent: false)

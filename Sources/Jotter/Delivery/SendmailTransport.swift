@@ -1,8 +1,10 @@
 import Glibc
 
 /// Pipes each message to the local MTA: `sendmail -t -i` (recipients from the headers; a line with a
-/// lone `.` is not the end). The exit status decides: 0 sent, 75 (`EX_TEMPFAIL`) and signals retry,
-/// anything else is a refusal. A sendmail that has not finished within `timeoutSeconds` (reading the
+/// lone `.` is not the end). The exit status (`sysexits.h`, as Postfix's sendmail, msmtp and others
+/// use it; `exitFailure`) decides: 0 sent; a temporary trouble of the MTA's or the system's retries; a
+/// refusal of the MTA's configuration or login holds every memo, as an SMTP server's would; a refusal of
+/// the message fails this memo. A sendmail that has not finished within `timeoutSeconds` (reading the
 /// message included) is killed, and the attempt is a `timeout`, retried: a hung MTA never holds a
 /// delivery slot for good.
 public struct SendmailTransport: Transport {
@@ -75,8 +77,28 @@ public struct SendmailTransport: Transport {
         switch termination {
         case .signalled: throw DeliveryFailure(.io, permanent: false)
         case .exited(0): return DeliveryReceipt()
-        case .exited(75): throw DeliveryFailure(.serverError, permanent: false)
-        case .exited: throw DeliveryFailure(.rejected, permanent: true)
+        case .exited(let status): throw Self.exitFailure(status, recipientIsFixed: !message.onBehalfOfRecipient)
+        }
+    }
+
+    /// What a sendmail's exit status says (`sysexits.h`). Temporary: `EX_TEMPFAIL` (75), and the system's
+    /// or the MTA's own trouble — `EX_SOFTWARE` (70), `EX_OSERR` (71, which Postfix retries), `EX_OSFILE`
+    /// (72), `EX_CANTCREAT` (73), `EX_IOERR` (74), `EX_PROTOCOL` (76), `EX_NOHOST` (68, a relay host not
+    /// found). The configuration's, held like an SMTP server's refusal of this client: `EX_USAGE` (64),
+    /// `EX_NOPERM` (77, msmtp's refused login), `EX_CONFIG` (78), and `EX_NOUSER` (67) when every memo goes
+    /// to the one configured recipient. Anything else (`EX_DATAERR`, `EX_UNAVAILABLE`, a bare 1) refuses
+    /// this memo.
+    static func exitFailure(_ status: Int32, recipientIsFixed: Bool) -> DeliveryFailure {
+        switch status {
+        case 75, 70, 71, 72, 73, 74, 76, 68: return DeliveryFailure(.serverError, permanent: false)
+        case 64, 67, 77, 78:
+            guard status != 67 || recipientIsFixed else { return DeliveryFailure(.rejected, permanent: true) }
+            let why = status == 67 ? "unknown recipient: check to=" : status == 77 ? "permission denied: check its login"
+                : "its configuration or arguments"
+            var failure = DeliveryFailure(status == 77 ? .auth : .configuration, permanent: true)
+            failure.hint = "sendmail exited with status \(status) (\(why)); memos wait until it works"
+            return failure
+        default: return DeliveryFailure(.rejected, permanent: true)
         }
     }
 

@@ -100,8 +100,11 @@ public struct DeliveryLifecycle: Sendable, Equatable {
                                        random: Double) throws(Refusal) {
         try expect(.sending, "attemptFailed")
         leaseUntil = nil
+        // Taken whole without an answer twice running: it may well have arrived twice already. It waits,
+        // failed, for its owner to look in the inbox and press Retry, instead of one more copy per rung.
+        let noReplyAgain = failure.kind == .noReply && lastError == DeliveryFailure.Kind.noReply.rawValue
         lastError = failure.kind.rawValue
-        if failure.isPermanent {
+        if failure.isPermanent || noReplyAgain {
             status = .failed
             nextAttemptAt = nil
         } else {

@@ -117,6 +117,7 @@ public final class EasyHandle {
         }
         startedAt = monotonicNanoseconds()
         uploadedAt = nil
+        enhancedStatus = nil
         exceededPhaseLimit = false
         var code = curl_easy_perform(handle)
         if code != CURLE_OK && isStaleConnectionFailure(code) {
@@ -127,6 +128,7 @@ public final class EasyHandle {
             responseHeaders = []
             uploadOffset = 0
             uploadedAt = nil
+            enhancedStatus = nil
             code = curl_easy_perform(handle)
             _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0)
         }
@@ -134,12 +136,14 @@ public final class EasyHandle {
         guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
     }
 
-    /// A send/receive failure on a reused connection before any reply arrived.
+    /// A send/receive failure on a reused connection before any reply arrived — or with SMTP's `421`, which
+    /// a server that closed an idle connection said on its way out (Postfix: `421 4.4.2 … timeout exceeded`)
+    /// and which libcurl reads as the answer to the next command.
     private func isStaleConnectionFailure(_ code: CURLcode) -> Bool {
-        guard [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING].contains(code) else { return false }
+        guard [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING].contains(code), !uploaded else { return false }
         var connects = 0
         _ = jotter_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
-        return connects == 0 && responseCode == 0
+        return connects == 0 && (responseCode == 0 || responseCode == 421)
     }
 
     /// The SMTP command the server refused in the last transfer (`MAIL`, `RCPT`, `DATA`), from libcurl's
@@ -226,7 +230,16 @@ public final class EasyHandle {
         responseBody.append(contentsOf: bytes.prefix(room))
     }
 
+    /// The enhanced status code (RFC 3463, `5.3.4`) of the last SMTP reply line that had one; nil if none.
+    /// Only the code is kept, never the server's text.
+    public private(set) var enhancedStatus: String?
+
+    /// Whether the whole request body went out in the last transfer (for SMTP: the message, up to its
+    /// final `.`), whatever came back.
+    public var uploaded: Bool { uploadedAt != nil }
+
     fileprivate func header(_ bytes: UnsafeRawBufferPointer) {
+        if let status = Self.enhancedStatus(inReply: bytes) { enhancedStatus = status }
         let line = String(decoding: bytes, as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             responseHeaders = []  // a new response (after 100 Continue or a redirect)
@@ -236,6 +249,26 @@ public final class EasyHandle {
         let name = line[..<colon].lowercased()
         let value = line[line.index(after: colon)...].trimmingCharacters(in: " \t\r\n")
         responseHeaders.append((name: name, value: String(value)))
+    }
+}
+
+extension EasyHandle {
+    /// `5.3.4` from an SMTP reply line `552 5.3.4 Message too big` or `552-5.3.4 …` (the class digit
+    /// matching the reply's); nil for any other line.
+    static func enhancedStatus(inReply line: UnsafeRawBufferPointer) -> String? {
+        let bytes = Array(line.prefix(20))
+        func digit(_ index: Int) -> Bool { index < bytes.count && (0x30...0x39).contains(bytes[index]) }
+        guard bytes.count >= 9, digit(0), digit(1), digit(2), bytes[3] == 0x20 || bytes[3] == 0x2D,
+              bytes[4] == bytes[0], bytes[5] == UInt8(ascii: ".") else { return nil }
+        var end = 6
+        var dots = 1
+        while end < bytes.count, digit(end) || (bytes[end] == UInt8(ascii: ".") && dots < 2) {
+            if bytes[end] == UInt8(ascii: ".") { dots += 1 }
+            end += 1
+        }
+        guard dots == 2, digit(end - 1), end == bytes.count || bytes[end] == 0x20 || bytes[end] == 0x0D
+                || bytes[end] == 0x0A else { return nil }
+        return String(decoding: bytes[4..<end], as: UTF8.self)
     }
 }
 
