@@ -252,7 +252,8 @@ import Synchronization
             #expect(moment >= before && moment <= after, "\(body): dated when the relay took it, \(date)")
         }
 
-        for bad in ["yesterday", "2026-02-30T00:00:00Z", "2026-12-01T09:30:05", "2026-12-01 09:30:05Z", ""] as [Any] + [1_764_581_405] {
+        for bad in ["yesterday", "2026-02-30T00:00:00Z", "2026-12-01T09:30:05", "2026-12-01 09:30:05Z", "",
+                    "0000-01-01T00:00:00Z", "1969-12-31T23:59:59Z"] as [Any] + [1_764_581_405] {
             let refused = try send("bad date", writtenAt: bad)
             #expect(refused.status == 400 && refused.errorCode == "invalid_field", "\(bad): \(refused.status) \(refused.text)")
         }

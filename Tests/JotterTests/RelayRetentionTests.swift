@@ -39,6 +39,47 @@ import Testing
         #expect(try relay.messages.record(id: waiting.id) != nil, "a message on its way is never forgotten")
     }
 
+    /// A message's record (its owner, so its status and its Retry) lives as long as the message does: one
+    /// still retrying after the retention is still answered for, not a 404 with its sealed body kept
+    /// for good. A failed one (its composer still has the memo) is forgotten whole after the retention,
+    /// body and record together.
+    @Test(arguments: RelayStoreKind.available)
+    func aMessageAndItsRecordAreForgottenTogether(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        defer { store.release() }
+        let directory = TemporaryDirectory()
+        let clock = ManualClock(milliseconds: 1_764_581_405_000)
+        let scheduler = ManualScheduler(clock: clock)
+        let mail = RelayServer.steeredMail(directory.file("relay"))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"), store: store, clock: clock,
+                                    scheduler: scheduler, transport: mail) {
+            $0.limits.devicePerMinute = nil
+            $0.limits.devicePerDay = nil
+        }
+        defer { relay.stop() }
+        let device = try relay.register()
+        try relay.verify(device.secret, "me@example.com")
+        mail.fail(with: DeliveryFailure(.serverError, permanent: false))
+        let retrying = try relay.sendID(device.secret, to: "me@example.com", body: "still on its way")
+        #expect(TestServer.waitUntil(timeout: 30) { (try? relay.messages.record(id: retrying))??.status == .retrying })
+        clock.advance(milliseconds: 31 * 86_400_000)
+        try relay.application.service.purge()
+        let asked = try relay.json("GET", "/v1/messages/\(retrying)", secret: device.secret)
+        #expect(asked.status == 200 && (asked.json as? [String: Any])?["status"] as? String == "retrying",
+                "a message on its way keeps its record: \(asked.status) \(asked.text)")
+
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        let failed = try relay.sendID(device.secret, to: "me@example.com", body: "refused by the provider")
+        #expect(TestServer.waitUntil(timeout: 30) { (try? relay.messages.record(id: failed))??.status == .failed })
+        clock.advance(milliseconds: 29 * 86_400_000)
+        try relay.application.service.purge()
+        #expect(try relay.json("GET", "/v1/messages/\(failed)", secret: device.secret).status == 200, "within the retention")
+        clock.advance(milliseconds: 2 * 86_400_000)
+        try relay.application.service.purge()
+        #expect(try relay.json("GET", "/v1/messages/\(failed)", secret: device.secret).status == 404)
+        #expect(try relay.messages.record(id: failed) == nil, "its sealed body goes with its record")
+    }
+
     /// The relay keeps a message's text only until it is delivered: no subject is kept on its own for a
     /// history (a subject is often the memo's first line; a code mail's holds the code).
     @Test(arguments: RelayStoreKind.available)

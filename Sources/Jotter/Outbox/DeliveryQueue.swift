@@ -84,10 +84,12 @@ public protocol MessageOutbox: DeliveryQueue {
     /// Records `fingerprint` for `name`; says whether it differs from the one stored before.
     func configurationChanged(_ name: String, fingerprint: [UInt8]) throws -> Bool
 
-    /// Deletes messages delivered (or cancelled) before `cutoff` (epoch ms), and their records. Memos
-    /// still on their way, failed or held are kept. Returns how many were deleted.
+    /// Deletes messages delivered (or cancelled) before `cutoff` (epoch ms), and their records — with
+    /// `failedToo`, also those failed and accepted before it (a relay's: their composer still has each
+    /// memo, and its Retry posts it anew once the relay has forgotten it). Memos still on their way and
+    /// held ones are kept. Returns how many were deleted.
     @discardableResult
-    func forgetFinished(before cutoff: Int64) throws -> Int
+    func forgetFinished(before cutoff: Int64, failedToo: Bool) throws -> Int
 
     /// Puts every `failed` memo back in the queue. Returns how many.
     @discardableResult

@@ -386,11 +386,12 @@ extension Outbox {
 
     /// (A relay's outbox only: a composer keeps its history.)
     @discardableResult
-    public func forgetFinished(before cutoff: Int64) throws -> Int {
+    public func forgetFinished(before cutoff: Int64, failedToo: Bool = false) throws -> Int {
         try database.write(durable: false) { database in
             try database.run("""
-                DELETE FROM messages WHERE status IN ('sent', 'cancelled') AND COALESCE(delivered_at, created_at) < ?
-                """, [.integer(cutoff)])
+                DELETE FROM messages WHERE (status = 'sent' OR status = 'cancelled' OR (? AND status = 'failed'))
+                    AND COALESCE(delivered_at, created_at) < ?
+                """, [.integer(failedToo ? 1 : 0), .integer(cutoff)])
             return database.changes
         }
     }

@@ -397,12 +397,12 @@ public final class PostgresOutbox: MessageOutbox {
         """
 
     @discardableResult
-    public func forgetFinished(before cutoff: Int64) throws -> Int {
+    public func forgetFinished(before cutoff: Int64, failedToo: Bool = false) throws -> Int {
         try pool.with { connection in
             try connection.execute("""
-                DELETE FROM jotter_messages WHERE status IN ('sent', 'cancelled')
+                DELETE FROM jotter_messages WHERE (status IN ('sent', 'cancelled') OR ($2 = 1 AND status = 'failed'))
                 AND COALESCE(delivered_at, created_at) < $1 RETURNING 1
-                """, [.integer(cutoff)]).count
+                """, [.integer(cutoff), .integer(failedToo ? 1 : 0)]).count
         }
     }
 

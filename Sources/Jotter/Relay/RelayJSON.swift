@@ -34,14 +34,14 @@ enum RelayJSON {
             return .success(text)
         }
 
-        /// Member `key` as an RFC 3339 date and time (`2026-12-01T09:30:05.123Z`), in epoch milliseconds;
-        /// nil when absent.
+        /// Member `key` as an RFC 3339 date and time (`2026-12-01T09:30:05.123Z`), in epoch milliseconds,
+        /// from 1970 on (a mail's `Date` needs a four-digit year; no memo was written before); nil when absent.
         func moment(_ key: String) -> Result<Int64?, Failure> {
             string(key, required: false, maximumBytes: 64).flatMap { text in
                 guard let text else { return .success(nil) }
-                guard let milliseconds = Timestamp.milliseconds(rfc3339: text) else {
+                guard let milliseconds = Timestamp.milliseconds(rfc3339: text), milliseconds >= 0 else {
                     return .failure(Failure(status: 400, code: "invalid_field",
-                                            message: "\(key) must be an RFC 3339 date and time, like 2026-12-01T09:30:05Z."))
+                                            message: "\(key) must be an RFC 3339 date and time from 1970 on, like 2026-12-01T09:30:05Z."))
                 }
                 return .success(milliseconds)
             }

@@ -385,13 +385,14 @@ public final class RelayService: Sendable {
         try store.recoverInterrupted()
     }
 
-    /// Forgets what no rule needs any more: expired keys, counters and codes; delivered messages past
-    /// their retention, with the record of which device sent them; devices revoked as long ago; and
-    /// devices left without any address for `unverifiedDeviceRetentionMilliseconds` after registering.
+    /// Forgets what no rule needs any more: expired keys, counters and codes; messages delivered, or
+    /// failed (accepted), longer ago than their retention, and then the record of which device sent
+    /// each — a record outlives its message, never the reverse; devices revoked as long ago; and devices
+    /// left without any address for `unverifiedDeviceRetentionMilliseconds` after registering.
     public func purge() throws {
         let now = clock.nowMilliseconds()
         let cutoff = now - max(configuration.messageRetentionMilliseconds, configuration.idempotencyRetentionMilliseconds)
-        try outbox.forgetFinished(before: cutoff)
+        try outbox.forgetFinished(before: cutoff, failedToo: true)
         try store.purge(now: now, messagesBefore: cutoff,
                         devicesBefore: now - configuration.unverifiedDeviceRetentionMilliseconds)
     }

@@ -298,7 +298,12 @@ public struct SQLiteRelayStore: RelayStore {
                     AND NOT EXISTS (SELECT 1 FROM relay_destinations WHERE device_id = relay_devices.id)
                     AND NOT EXISTS (SELECT 1 FROM relay_codes WHERE device_id = relay_devices.id AND expires_at > ?))
                 """, [.integer(messagesBefore), .integer(devicesBefore), .integer(now)])
-            try database.run("DELETE FROM relay_messages WHERE created_at < ?", [.integer(messagesBefore)])
+            // Only once the message itself is forgotten: one still on its way, or delivered within its
+            // retention, keeps its owner (and so its status and its Retry).
+            try database.run("""
+                DELETE FROM relay_messages WHERE created_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM messages WHERE messages.id = relay_messages.id)
+                """, [.integer(messagesBefore)])
             try database.run("DELETE FROM relay_idempotency WHERE expires_at <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_counters WHERE window_end <= ?", [.integer(now)])
             try database.run("DELETE FROM relay_code_issues WHERE issued_at <= ?", [.integer(now - 86_400_000)])
