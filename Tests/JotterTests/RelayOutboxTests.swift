@@ -27,6 +27,41 @@ import Testing
         }
     }
 
+    /// `jotter serve` and `jotter relay` keep their outboxes alike, so each refuses the other's data
+    /// directory by name instead of delivering what it holds: a relay's messages into a composer's
+    /// Maildir, or a person's memos through a relay's mail account. A directory from before the owner was
+    /// recorded is known by what it holds.
+    @Test func serveAndRelayRefuseEachOthersDataDirectory() throws {
+        let composerDirectory = TemporaryDirectory(), relayDirectory = TemporaryDirectory()
+        let composer = try TestServer(dataDirectory: composerDirectory.path)
+        #expect(try composer.route("POST", "/send", headers: [("Content-Type", "text/plain")], body: Array("mine".utf8))
+            .status == 204)
+        composer.stop()
+        #expect {
+            _ = try RelayServer(dataDirectory: composerDirectory.path)
+        } throws: { error in
+            "\(error)".contains("data directory of a 'jotter serve'") && "\(error)".contains("--data-dir")
+        }
+
+        let store = try RelayTestStore(.sqlite)
+        defer { store.release() }
+        let relay = try RelayServer(dataDirectory: relayDirectory.path, store: store)
+        relay.stop()
+        #expect {
+            _ = try TestServer(dataDirectory: relayDirectory.path)
+        } throws: { error in
+            "\(error)".contains("data directory of a 'jotter relay'")
+        }
+        // Recorded from before: a composer's directory without the setting, known by its memos.
+        let database = try Database(path: composerDirectory.path + "/jotter.db")
+        try database.run("DELETE FROM settings WHERE name = 'data_directory_owner'")
+        database.close()
+        #expect(throws: DataDirectoryOwner.Refusal.self) { _ = try RelayServer(dataDirectory: composerDirectory.path) }
+        // Each still opens its own.
+        try TestServer(dataDirectory: composerDirectory.path).stop()
+        try RelayServer(dataDirectory: relayDirectory.path, store: store).stop()
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func aMemoWithItsOwnRecipientGoesThereAndItsPayloadHashesIt(store kind: RelayStoreKind) async throws {
         let store = try RelayTestStore(kind)
