@@ -126,6 +126,31 @@ import Testing
         #expect(refusal(["relay", "--limit-ip-hour", "-1"], [:]).hasPrefix("--limit-ip-hour must be"))
     }
 
+    /// A PostgreSQL store that cannot be reached says why, in libpq's words (no server there, no such
+    /// database, no such role), never with its password; all one "PostgreSQL connect" before.
+    @Test func aPostgreSQLStoreThatCannotBeReachedSaysWhy() throws {
+        let closed = try BrowserTests.freePort()
+        func refusal(_ url: String) -> String {
+            do {
+                _ = try PostgresConnection(url: url)
+                return "connected"
+            } catch {
+                return "\(error)"
+            }
+        }
+        let down = refusal("postgres://relay:s3cret@127.0.0.1:\(closed)/relay?connect_timeout=5")
+        #expect(down.hasPrefix("PostgreSQL connect: ") && down.contains("refused") && !down.contains("s3cret"), "\(down)")
+        #expect(refusal("postgres://relay@127.0.0.1:\(closed)/relay?sslmode=bogus").contains("sslmode"))
+        guard PostgresCluster.available else { return }
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let url = database.url
+        let missing = refusal(url + "_missing")
+        #expect(missing.contains("does not exist") && missing.contains("_missing"), "\(missing)")
+        let role = refusal(url.replacingOccurrences(of: "jotter@", with: "nobody_here:s3cret@"))
+        #expect(role.contains("nobody_here") && !role.contains("s3cret"), "\(role)")
+    }
+
     @Test func theMailURLCanComeFromAFile() throws {
         let directory = TemporaryDirectory()
         try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,

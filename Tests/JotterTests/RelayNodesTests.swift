@@ -20,6 +20,31 @@ struct RelayNodesTests {
         response.status == 202 ? (response.json as? [String: Any])?["id"] as? String : nil
     }
 
+    /// A node whose mail account is refused puts the message back in the shared queue for the others
+    /// (it holds nothing itself), and says so in its log; the device asking about it hears `held`, as a
+    /// one-node relay says it, so its composer shows "the relay cannot mail", not "on its way".
+    @Test func aMessageARefusedNodePutsBackIsShownHeld() throws {
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let directory = TemporaryDirectory()
+        let mail = RelayServer.steeredMail(directory.file("node"))
+        let node = try RelayServer(dataDirectory: directory.file("node"), transport: mail) {
+            $0.store = .postgres(url: database.url)
+            $0.delivery.refusedRetestMilliseconds = 300
+        }
+        defer { node.stop() }
+        let device = try node.register()
+        try node.verify(device.secret, "me@example.com")
+        mail.fail(with: DeliveryFailure(.auth, permanent: true))
+        let id = try node.sendID(device.secret, to: "me@example.com", body: "while the account is refused")
+        #expect(TestServer.waitUntil(timeout: 30) { node.status(device.secret, of: id) == "held" },
+                "\(node.status(device.secret, of: id) ?? "-")")
+        let log = node.logs.captured
+        #expect(log.contains("memos go back to the shared queue") && !log.contains("memos held until"), "\(log)")
+        mail.release()
+        #expect(TestServer.waitUntil(timeout: 120) { node.status(device.secret, of: id) == "sent" })
+    }
+
     @Test func twoNodesShareDevicesCodesOneLimitOneKeyAndOneOutbox() throws {
         let database = try SharedPostgres.database()  // its own, on the shared cluster
         defer { database.drop() }

@@ -65,7 +65,8 @@ import Testing
         clock.advance(milliseconds: 31 * 86_400_000)
         try relay.application.service.purge()
         let asked = try relay.json("GET", "/v1/messages/\(retrying)", secret: device.secret)
-        #expect(asked.status == 200 && (asked.json as? [String: Any])?["status"] as? String == "retrying",
+        let status = (asked.json as? [String: Any])?["status"] as? String ?? "-"
+        #expect(asked.status == 200 && ["queued", "sending", "retrying"].contains(status),
                 "a message on its way keeps its record: \(asked.status) \(asked.text)")
 
         mail.fail(with: DeliveryFailure(.rejected, permanent: true))

@@ -522,17 +522,17 @@ public enum CommandLineOptions {
     }
 
     /// The first non-blank line of the file (the URL); the error never repeats the file's content.
-    static func readRelayFile(_ path: String) throws -> String {
+    static func readRelayFile(_ path: String, flag: String = "--relay-file") throws -> String {
         let bytes: [UInt8]
         do throws(SystemError) {
             guard let contents = try FileIO.read(path: path, limit: 65536) else { throw SystemError(code: ENOENT) }
             bytes = contents
         } catch {
-            throw UsageError(description: "cannot read --relay-file \(path): \(String(cString: strerror(error.code)))")
+            throw UsageError(description: "cannot read \(flag) \(path): \(String(cString: strerror(error.code)))")
         }
         let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
             .map { $0.trimmingCharacters(in: " \t") }.first(where: { !$0.isEmpty })
-        guard let line else { throw UsageError(description: "--relay-file \(path) is empty") }
+        guard let line else { throw UsageError(description: "\(flag) \(path) is empty") }
         return String(line)
     }
 

@@ -492,8 +492,11 @@ public final class DeliveryWorker: @unchecked Sendable {
     private func relayRefused(kind: String, hint: String?) {
         control.async {
             if case .refused = self.relayState {} else {
-                // The hint is a certificate's names: public, never a secret.
-                self.logger.warning("relay refuses; memos held until it is fixed or retried", metadata: [
+                // The hint is a certificate's names: public, never a secret. Nodes sharing a queue hold
+                // nothing: another node's relay may accept (see `attemptFailed`).
+                self.logger.warning(self.outbox.leasesAreShared
+                                    ? "relay refuses; memos go back to the shared queue for the other nodes"
+                                    : "relay refuses; memos held until it is fixed or retried", metadata: [
                     "reason": kind, "retest_every_ms": "\(self.configuration.refusedRetestMilliseconds)",
                     "hint": hint ?? "",
                 ])

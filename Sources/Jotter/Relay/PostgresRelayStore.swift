@@ -354,11 +354,14 @@ public final class PostgresRelayStore: RelayStore {
                     AND NOT EXISTS (SELECT 1 FROM relay_destinations WHERE device_id = relay_devices.id)
                     AND NOT EXISTS (SELECT 1 FROM relay_codes WHERE device_id = relay_devices.id AND expires_at > $3))
                 """, [.integer(messagesBefore), .integer(devicesBefore), .integer(now)])
-            // Only once the message itself is forgotten (see `SQLiteRelayStore.purge`).
-            try connection.execute("""
+            // Only once the message itself is forgotten (see `SQLiteRelayStore.purge`). The outbox's table
+            // is made by the outbox, which a relay always opens; a store on its own has none to look in.
+            let outboxExists = try connection.execute("SELECT to_regclass('jotter_messages') IS NOT NULL")
+                .first?.text(0) == "t"
+            try connection.execute(outboxExists ? """
                 DELETE FROM relay_messages WHERE created_at < $1
                     AND NOT EXISTS (SELECT 1 FROM jotter_messages m WHERE m.id = relay_messages.id)
-                """, [.integer(messagesBefore)])
+                """ : "DELETE FROM relay_messages WHERE created_at < $1", [.integer(messagesBefore)])
             try connection.execute("DELETE FROM relay_idempotency WHERE expires_at <= $1", [.integer(now)])
             try connection.execute("DELETE FROM relay_counters WHERE window_end <= $1", [.integer(now)])
             try connection.execute("DELETE FROM relay_code_issues WHERE issued_at <= $1", [.integer(now - 86_400_000)])

@@ -117,7 +117,7 @@ public enum RelayCommandLine {
             guard configuration.mail == nil else {
                 throw CommandLineOptions.UsageError(description: "give --mail or --mail-file, not both")
             }
-            configuration.mail = try CommandLineOptions.readRelayFile(path)
+            configuration.mail = try CommandLineOptions.readRelayFile(path, flag: "--mail-file")
         }
         if let mode = values["--registration"] {
             guard let registration = RelayConfiguration.Registration(rawValue: mode) else {

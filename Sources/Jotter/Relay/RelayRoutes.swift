@@ -369,7 +369,11 @@ struct RelayRoutes: Sendable {
             var json = JSONWriter()
             json.object { json in
                 json.field("id", record.id)
-                json.field("status", record.status.rawValue)
+                // Waiting because this relay's mail account is refused (nodes sharing a PostgreSQL queue
+                // put such a message back for each other, rather than hold it): held, as one node says it.
+                let refusedHere = record.status == .retrying
+                    && record.lastError.map(DeliveryFailure.relayRefusalKinds.contains) == true
+                json.field("status", refusedHere ? DeliveryStatus.held.rawValue : record.status.rawValue)
                 json.field("created_at", Timestamp.iso8601(milliseconds: record.createdAt))
                 json.field("attempts", Int64(record.attempts))
                 json.field("next_attempt_at", record.nextAttemptAt.map(Timestamp.iso8601(milliseconds:)))

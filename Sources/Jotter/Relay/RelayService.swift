@@ -169,6 +169,11 @@ public final class RelayService: Sendable {
                 charges.append(LimitCharge(policy: "domain-codes-day", partition: keys.hash("domain", [domain]),
                                            quota: perDomain, windowSeconds: 86_400))
             }
+            // A code mail spends the mail provider's quota as a message does: the relay-wide ceiling counts both.
+            if let quota = configuration.limits.globalPerDay {
+                charges.append(LimitCharge(policy: "relay-day", partition: [], quota: quota, windowSeconds: 86_400,
+                                           advertised: false))
+            }
             let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
                                   mailboxKey: keys.hash("mailbox", [address.mailbox]),
                                   sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),

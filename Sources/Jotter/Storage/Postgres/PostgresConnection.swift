@@ -22,7 +22,15 @@ final class PostgresConnection {
         /// What failed: `connect`, `statement`, `connection_lost`.
         var kind: String
 
-        var description: String { "PostgreSQL \(kind)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "") }
+        /// For a connection that could not be made: libpq's reason (`database "relay" does not exist`,
+        /// `Connection refused`, `password authentication failed for user "relay"`), which names the
+        /// server, the user and the database but never a password, and no row's values. Shown to the
+        /// operator who started the command; logs take only `kind`.
+        var reason: String?
+
+        var description: String {
+            "PostgreSQL \(kind)" + (sqlState.map { " (SQLSTATE \($0))" } ?? "") + (reason.map { ": " + $0 } ?? "")
+        }
 
         /// Worth running the whole transaction again: another transaction won a race.
         var isRetryable: Bool { sqlState == "40001" || sqlState == "40P01" }
@@ -78,8 +86,10 @@ final class PostgresConnection {
     init(url: String) throws(Failure) {
         guard let connection = PQconnectdb(url) else { throw Failure(sqlState: nil, kind: "connect") }
         guard PQstatus(connection) == CONNECTION_OK else {
+            var failure = Failure(sqlState: nil, kind: "connect")
+            failure.reason = Self.reason(PQerrorMessage(connection))
             PQfinish(connection)
-            throw Failure(sqlState: nil, kind: "connect")
+            throw failure
         }
         self.connection = connection
         _ = try execute("SET client_min_messages = warning")
@@ -87,6 +97,17 @@ final class PostgresConnection {
 
     deinit {
         PQfinish(connection)
+    }
+
+    /// libpq's message on one line: its lines joined, `FATAL:` and the like kept, at most 300 characters.
+    static func reason(_ message: UnsafePointer<CChar>?) -> String? {
+        guard let message else { return nil }
+        let lines = String(cString: message).split(whereSeparator: { $0 == "\n" || $0 == "\r" })
+            .map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+            .filter { !$0.isEmpty }
+        guard !lines.isEmpty else { return nil }
+        let joined = lines.joined(separator: "; ")
+        return joined.count > 300 ? String(joined.prefix(299)) + "…" : joined
     }
 
     /// False once the server has gone (a pool then drops the connection).
