@@ -151,6 +151,24 @@ import Testing
         #expect(role.contains("nobody_here") && !role.contains("s3cret"), "\(role)")
     }
 
+    /// A certificate and key that do not belong together, or given the wrong way round, are said so at
+    /// once: libmicrohttpd would only say it "failed to start".
+    @Test func aTLSKeyThatIsNotTheCertificatesIsSaidSo() throws {
+        let directory = TemporaryDirectory()
+        let one = try TestCertificates.make(in: directory.file("one")), two = try TestCertificates.make(in: directory.file("two"))
+        func refusal(_ certificate: String, _ key: String) -> String {
+            do {
+                _ = try Self.configuration(["--tls-cert", certificate, "--tls-key", key])
+                return "accepted"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refusal(one.certificateFile, one.keyFile) == "accepted")
+        #expect(refusal(one.certificateFile, two.keyFile).contains("is not the key of the certificate"))
+        #expect(refusal(one.keyFile, one.certificateFile).contains("swapped"))
+    }
+
     @Test func theMailURLCanComeFromAFile() throws {
         let directory = TemporaryDirectory()
         try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,

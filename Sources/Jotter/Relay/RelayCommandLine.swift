@@ -185,8 +185,21 @@ public enum RelayCommandLine {
         }
         switch (values["--tls-cert"], values["--tls-key"]) {
         case (let certificate?, let key?):
-            configuration.http.tls = (keyPEM: try readPEM(key, flag: "--tls-key"),
-                                      certificatePEM: try readPEM(certificate, flag: "--tls-cert"))
+            let keyPEM = try readPEM(key, flag: "--tls-key"), certificatePEM = try readPEM(certificate, flag: "--tls-cert")
+            // Checked here, in words: libmicrohttpd would only say it "failed to start".
+            guard let chain = X509Certificate(pem: certificatePEM) else {
+                throw CommandLineOptions.UsageError(description: "--tls-cert \(certificate) holds no certificate "
+                                                    + "(are --tls-cert and --tls-key swapped?)")
+            }
+            guard let privateKey = PrivateKey(pem: keyPEM) else {
+                throw CommandLineOptions.UsageError(description: "--tls-key \(key) holds no private key "
+                                                    + "(are --tls-cert and --tls-key swapped?)")
+            }
+            guard chain.matches(privateKey) else {
+                throw CommandLineOptions.UsageError(description: "--tls-key \(key) is not the key of the certificate "
+                                                    + "in --tls-cert \(certificate)")
+            }
+            configuration.http.tls = (keyPEM: keyPEM, certificatePEM: certificatePEM)
         case (nil, nil):
             break
         default:
