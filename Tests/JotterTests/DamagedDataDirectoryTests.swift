@@ -32,6 +32,34 @@ import Testing
         FileManager.default.fileExists(atPath: path)
     }
 
+    /// A database file this user may not write (restored from a backup as 0400, or owned by another
+    /// user) stops the start naming the file, its mode and its owner, before SQLite makes a `-wal` and
+    /// `-shm` of the same mode that would block the next start too. Run as `nobody` when the tests run
+    /// as root (root writes any file).
+    @Test func aDatabaseThisUserCannotWriteIsNamedWithItsMode() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        var prefix: [String] = []
+        if geteuid() == 0 {
+            // nobody needs to reach the data directory and own what is in it.
+            #expect(chmod(directory.path, 0o755) == 0)
+            for path in [data, data + "/key", data + "/jotter.db", data + "/.outbox"] + ((try? FileManager.default
+                .contentsOfDirectory(atPath: data))?.map { data + "/" + $0 } ?? []) {
+                _ = chown(path, 65534, 65534)
+            }
+            prefix = ["--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        }
+        for name in ["jotter.db-wal", "jotter.db-shm"] { unlink(data + "/" + name) }
+        #expect(chmod(data + "/jotter.db", 0o400) == 0)
+        let started = try LiveServerTests.JotterBinary.run(
+            prefix + [LiveServerTests.JotterBinary.path, "serve", "--port", "0", "--data-dir", data],
+            executable: prefix.isEmpty ? LiveServerTests.JotterBinary.path : "/usr/bin/setpriv", timeout: 60)
+        #expect(started.status != 0)
+        #expect(started.standardError.contains(data + "/jotter.db cannot be written by this user")
+                && started.standardError.contains("mode 400"), "\(started.standardError)")
+        #expect(!Self.exists(data + "/jotter.db-wal") && !Self.exists(data + "/jotter.db-shm"),
+                "nothing made that would block the next start")
+    }
+
     @Test func aMissingKeyNextToADatabaseIsRefusedAndNoNewKeyIsWritten() throws {
         let (directory, data) = try Self.dataDirectoryWithAMemo()
         _ = directory

@@ -11,6 +11,9 @@ public final class DataDirectory: Sendable {
         case databaseGone(path: String, marker: String)
         case databaseEmpty(path: String)
         case databaseReplaced(path: String, marker: String)
+        /// A file of the database (`jotter.db`, its `-wal` or `-shm`), or the directory, this process may
+        /// not write: SQLite would say "attempt to write a readonly database" without naming it.
+        case notWritable(path: String, mode: mode_t, owner: uid_t)
 
         public var description: String {
             switch self {
@@ -29,6 +32,10 @@ public final class DataDirectory: Sendable {
             case .databaseReplaced(let path, let marker):
                 return "\(path) holds no outbox, but this data directory held one before: was the file replaced? "
                     + "Restore jotter.db from your backup (to start afresh with an empty outbox instead, delete \(marker))"
+            case .notWritable(let path, let mode, let owner):
+                return "\(path) cannot be written by this user (uid \(getuid())): it is mode "
+                    + String(mode & 0o7777, radix: 8) + ", owned by uid \(owner); Jotter writes its database there "
+                    + "(chmod u+rw, or run as its owner)"
             }
         }
     }
@@ -99,6 +106,14 @@ public final class DataDirectory: Sendable {
     /// leaves one), or no usable database where the marker says one was. Otherwise writes the marker
     /// when it is missing (first start, or a data directory from before the marker).
     public func checkDatabase() throws {
+        // Each of the database's files, and the directory SQLite makes them in, must be writable: a
+        // read-only one fails the start in SQLite's words, which name no file.
+        for file in [path, databasePath, databasePath + "-wal", databasePath + "-shm"] {
+            var info = stat()
+            if stat(file, &info) == 0, access(file, W_OK) != 0, errno == EACCES || errno == EROFS {
+                throw Failure.notWritable(path: file, mode: info.st_mode, owner: info.st_uid)
+            }
+        }
         var info = stat()
         let present = stat(databasePath, &info) == 0
         if present && info.st_size == 0 { throw Failure.databaseEmpty(path: databasePath) }
