@@ -124,6 +124,10 @@ import Testing
         #expect(refusal(["relay"], ["JOTTER_RELAY_PORT": "70000"]) == "JOTTER_RELAY_PORT must be a number from 0 to 65535")
         #expect(refusal(["relay"], ["JOTTER_RELAY_LIMIT_IP_HOUR": "-1"]).hasPrefix("JOTTER_RELAY_LIMIT_IP_HOUR must be"))
         #expect(refusal(["relay", "--limit-ip-hour", "-1"], [:]).hasPrefix("--limit-ip-hour must be"))
+        // A flag whose value was forgotten before the next flag is said so, not "unknown option '0'".
+        #expect(refusal(["relay", "--host", "--port", "0"], [:]) == "--host needs a value (--port is another option)")
+        #expect(refusal(["serve", "--data-dir", "--lan"], [:]).hasPrefix("--data-dir needs a value"))
+        #expect(refusal(["serve", "--data-dir", "--port=1"], [:]).hasPrefix("--data-dir needs a value"))
     }
 
     /// A PostgreSQL store that cannot be reached says why, in libpq's words (no server there, no such

@@ -548,6 +548,12 @@ public enum CommandLineOptions {
             value = String(argument[argument.index(after: equals)...])
         }
         guard known[name] != nil else { throw UsageError(description: "\(unknown) '\(name.prefix(40))'") }
+        if value == nil, let next = rest.first, next.hasPrefix("--"),
+           known[String(next.prefix { $0 != "=" })] != nil || next == "--lan" || next == "--insecure-http" {
+            // `--host --port 0`: the next word is another option, not this one's value (which would then
+            // leave "0" as an "unknown option").
+            throw UsageError(description: "\(name) needs a value (\(next.prefix(40)) is another option)")
+        }
         guard let given = value ?? rest.popFirst() else { throw UsageError(description: "\(name) needs a value") }
         return (name, given)
     }
