@@ -173,6 +173,23 @@ import Testing
         #expect(refusal(one.keyFile, one.certificateFile).contains("swapped"))
     }
 
+    /// Plain HTTP beyond this machine, with no TLS proxy named, is warned about at start; on loopback, with
+    /// TLS, or behind a named proxy it is not. (Decided from the configuration: tests bind only 127.0.0.1.)
+    @Test func plainHTTPBeyondThisMachineIsWarnedAbout() throws {
+        func warns(_ arguments: [String]) throws -> Bool {
+            RelayApplication.servesPlainHTTPBeyondThisMachine(try Self.configuration(arguments))
+        }
+        let directory = TemporaryDirectory()
+        let certificates = try TestCertificates.make(in: directory.file("certs"))
+        #expect(try warns(["--host", "0.0.0.0"]) && warns(["--host", "192.0.2.7"]) && warns(["--host", "::"]))
+        #expect(try !warns([]) && !warns(["--host", "127.0.0.1"]) && !warns(["--host", "::1"]))
+        #expect(try !warns(["--host", "0.0.0.0", "--trust-proxy", "10.0.0.2"]))
+        #expect(try !warns(["--host", "0.0.0.0", "--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile]))
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        #expect(!relay.logs.captured.contains("serving plain HTTP"), "on 127.0.0.1: \(relay.logs.captured)")
+    }
+
     @Test func theMailURLCanComeFromAFile() throws {
         let directory = TemporaryDirectory()
         try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,

@@ -128,6 +128,15 @@ public final class RelayApplication: Sendable {
             try service.recoverInterrupted()
             try worker.start()
             try server.start()
+            // Device secrets, codes and memos in plain HTTP beyond this machine: fine behind a proxy that
+            // ends TLS (it is then named with --trust-proxy), or on a private network on purpose — said
+            // once, so it is never by accident.
+            let host = configuration.http.host
+            if Self.servesPlainHTTPBeyondThisMachine(configuration) {
+                logger.warning("serving plain HTTP beyond this machine: device secrets, codes and messages cross "
+                               + "the network unencrypted; give --tls-cert and --tls-key, or put a TLS proxy in front "
+                               + "(and name it with --trust-proxy)", metadata: ["host": host])
+            }
             let timer = scheduler.makeTimer(queue: housekeepingQueue) { [weak self] in self?.houseKeep() }
             housekeeping.withLock { $0 = timer }
             timer.arm(afterMilliseconds: 0)
@@ -138,6 +147,13 @@ public final class RelayApplication: Sendable {
             dataDirectory.unlock()
             throw error
         }
+    }
+
+    /// Plain HTTP on an address other machines reach, and no TLS proxy named in front of it.
+    static func servesPlainHTTPBeyondThisMachine(_ configuration: RelayConfiguration) -> Bool {
+        let host = configuration.http.host
+        return configuration.http.tls == nil && !Loopback.contains(host: host) && host != "localhost"
+            && configuration.trustedProxies.isEmpty
     }
 
     /// Stops in order: the server (draining requests in flight), housekeeping, the worker, the outbox
