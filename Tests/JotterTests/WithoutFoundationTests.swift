@@ -141,6 +141,11 @@ import Testing
         let address = try RelayURL.address("\u{A0} \"Ana\" <ana@example.com>\t")
         #expect(address.address == "ana@example.com")
         #expect(address.name == "Ana")
+        // Quotes belong to the name unless they quote all of it; a quoted one is unescaped.
+        #expect(try RelayURL.address("Say \"hi\" <me@example.com>").name == "Say \"hi\"")
+        #expect(try RelayURL.address("\"Ana \\\"A\\\" Diaz\" <ana@example.com>").name == "Ana \"A\" Diaz")
+        #expect(try RelayURL.address("\"Ana\" \"Diaz\" <ana@example.com>").name == "\"Ana\" \"Diaz\"")
+        #expect(try RelayURL.address("Jötter <j@example.com>").name == "Jötter")
     }
 
     // MARK: Relay placeholder

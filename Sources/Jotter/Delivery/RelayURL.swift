@@ -256,12 +256,31 @@ public struct RelayURL: Sendable {
         let trimmed = text.trimmingWhitespace()
         if let open = trimmed.lastIndex(of: "<"), trimmed.hasSuffix(">") {
             let address = String(trimmed[trimmed.index(after: open)..<trimmed.index(before: trimmed.endIndex)])
-            let name = trimmed[..<open].trimmingScalars { $0 == " " || $0 == "\"" }
+            let name = Self.displayName(String(trimmed[..<open].trimmingScalars { $0 == " " }))
             guard isAddress(address) else { throw Failure.invalid("not an email address in from=/to=") }
             return MailAddress(name: name, address: address)
         }
         guard isAddress(trimmed) else { throw Failure.invalid("not an email address in from=/to=") }
         return MailAddress(address: trimmed)
+    }
+
+    /// The display name as written before `<…>`: a quoted string (`"Ana \"A\" Diaz"`) unquoted and
+    /// unescaped, anything else as it is — quotes inside it kept (`Say "hi"` was `Say "hi`).
+    static func displayName(_ written: String) -> String {
+        let scalars = Array(written.unicodeScalars)
+        guard scalars.count >= 2, scalars.first == "\"", scalars.last == "\"" else { return written }
+        var name = String.UnicodeScalarView()
+        var escaped = false
+        for scalar in scalars.dropFirst().dropLast() {
+            if scalar == "\\" && !escaped {
+                escaped = true
+                continue
+            }
+            if scalar == "\"" && !escaped { return written }  // not one quoted string: "a" "b"
+            escaped = false
+            name.append(scalar)
+        }
+        return String(name)
     }
 
     /// A plain `local@domain` with nothing that could break a header or an SMTP command.
