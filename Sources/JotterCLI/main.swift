@@ -65,7 +65,12 @@ do {
                                            sourceRoot: #filePath)
 } catch {
     let text = "\(error)"
-    write((text.hasPrefix("jotter ") ? text : "jotter: " + text) + "\nTry 'jotter --help'.\n", to: 2)
+    // The help of the command given, where it has its own (`jotter relay --help` lists the relay's options).
+    let words = CommandLine.arguments.dropFirst().filter { !$0.hasPrefix("-") }
+    let help = words.first.flatMap { word in
+        ["relay", "serve"].contains(word) ? word : nil
+    }.map { "jotter \($0) --help" } ?? "jotter --help"
+    write((text.hasPrefix("jotter ") ? text : "jotter: " + text) + "\nTry '\(help)'.\n", to: 2)
     exit(64)  // EX_USAGE, as README says for jotter send
 }
 

@@ -190,6 +190,47 @@ import Testing
         #expect(!relay.logs.captured.contains("serving plain HTTP"), "on 127.0.0.1: \(relay.logs.captured)")
     }
 
+    /// A relay's --mail must reach other people's inboxes: a markdown: note or another Jotter relay is
+    /// refused at start, by name. A refused command line points at the relay's own help.
+    @Test func aRelayRefusesMailThatReachesNoOnesInbox() throws {
+        let directory = TemporaryDirectory()
+        for mail in ["markdown:" + directory.file("notes"), "jotter+http://127.0.0.1:9/"] {
+            #expect {
+                _ = try RelayServer(dataDirectory: directory.file("relay-\(mail.prefix(4))")) { $0.mail = mail }
+            } throws: { error in
+                "\(error)".contains("not a markdown: note or another Jotter relay")
+            }
+        }
+        let refused = try LiveServerTests.JotterBinary.run(["relay", "--port", "x"])
+        #expect(refused.status == 64 && refused.standardError.contains("Try 'jotter relay --help'."), "\(refused.standardError)")
+        let plain = try LiveServerTests.JotterBinary.run(["bogus"])
+        #expect(plain.standardError.contains("Try 'jotter --help'."))
+    }
+
+    /// The server's notices never reach standard error bare, through libpq's own printer: their text may
+    /// quote a row, and they landed between the log's lines without time or level.
+    @Test func postgreSQLNoticesAreNotPrintedByLibpq() throws {
+        guard PostgresCluster.available else { return }
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let connection = try PostgresConnection(url: database.url)
+        let directory = TemporaryDirectory()
+        let file = directory.file("stderr")
+        let capture = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        try #require(capture >= 0)
+        fflush(nil)
+        let saved = dup(2)
+        dup2(capture, 2)
+        let ran = Result { try connection.execute("DO $$ BEGIN RAISE WARNING 'a notice quoting ana@example.com'; END $$") }
+        fflush(nil)
+        dup2(saved, 2)
+        close(saved)
+        close(capture)
+        #expect((try? ran.get()) != nil)
+        let printed = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        #expect(!printed.contains("ana@example.com"), "\(printed)")
+    }
+
     @Test func theMailURLCanComeFromAFile() throws {
         let directory = TemporaryDirectory()
         try "\n  resend://re_secret?from=relay@example.com  \n".write(toFile: directory.file("mail"), atomically: true,

@@ -48,6 +48,12 @@ public final class RelayApplication: Sendable {
         let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
         mailFingerprint = Array(mail.utf8)
         let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
+        if relay.transport is MarkdownTransport || relay.jotterRelay != nil {
+            // A note is no one's inbox, and another Jotter relay sends a device only to the one address it
+            // verified: neither can carry other people's mail.
+            throw RelayURL.Failure.invalid("a relay mails other people's inboxes: its --mail is maildir:, smtp://, "
+                + "smtps://, resend:// or sendmail:, not a markdown: note or another Jotter relay")
+        }
         if relay.transport is SendmailTransport && relay.from == nil {
             // The local MTA would sign it as jotter@localhost: Gmail and the like refuse such a sender,
             // and no address could ever be verified.

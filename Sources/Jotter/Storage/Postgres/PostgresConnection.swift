@@ -92,6 +92,10 @@ final class PostgresConnection {
             throw failure
         }
         self.connection = connection
+        // libpq prints the server's notices and warnings (`FATAL: terminating connection due to
+        // administrator command`) on standard error itself, bare, around the log's own lines; their text
+        // may quote a row. The failures that matter reach the caller as `Failure`, by SQLSTATE.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
         _ = try execute("SET client_min_messages = warning")
     }
 
