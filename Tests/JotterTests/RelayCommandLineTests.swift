@@ -201,6 +201,15 @@ import Testing
                 "\(error)".contains("not a markdown: note or another Jotter relay")
             }
         }
+        // An SMTP URL without from=: a relay asks for from= only (its messages each name their recipient).
+        #expect {
+            _ = try RelayServer(dataDirectory: directory.file("relay-smtp")) { $0.mail = "smtp://u:p@127.0.0.1:9?tls=none" }
+        } throws: { error in
+            "\(error)".contains("set ?from= (or use an address") && !"\(error)".contains("?to=")
+        }
+        #expect(throws: RelayURL.Failure.invalid("set ?from= and ?to= (or use an address as the user name)")) {
+            _ = try RelayURL("smtp://u:p@127.0.0.1:9?tls=none")
+        }
         let refused = try LiveServerTests.JotterBinary.run(["relay", "--port", "x"])
         #expect(refused.status == 64 && refused.standardError.contains("Try 'jotter relay --help'."), "\(refused.standardError)")
         let plain = try LiveServerTests.JotterBinary.run(["bogus"])

@@ -47,8 +47,9 @@ public struct RelayURL: Sendable {
     /// A Jotter relay's account (its device secret and verified address), for `jotter+https://`.
     private(set) var jotterRelay: JotterRelayAccount?
 
-    /// Parses `relay` and builds its transport.
-    public init(_ relay: String) throws {
+    /// Parses `relay` and builds its transport. `relayRecipients`: each message will carry its own
+    /// recipient (a Jotter relay's mail), so a missing `to=` is not asked for.
+    public init(_ relay: String, relayRecipients: Bool = false) throws {
         guard let colon = relay.firstIndex(of: ":") else { throw Failure.unsupportedScheme("") }
         let scheme = relay[..<colon].lowercased()
         let rest = String(relay[relay.index(after: colon)...])
@@ -116,7 +117,9 @@ public struct RelayURL: Sendable {
             let from = try url.queryValue("from").map(Self.address) ?? userAddress
             let to = try url.queryValue("to").map(Self.address) ?? userAddress ?? from
             guard let from, let to else {
-                throw Failure.invalid("set ?from= and ?to= (or use an address as the user name)")
+                // A relay's URL needs no to= (each message has its own recipient): ask only for what is missing.
+                let missing = url.queryValue("to") == nil && !relayRecipients ? "?from= and ?to=" : "?from="
+                throw Failure.invalid("set \(missing) (or use an address as the user name)")
             }
             self.from = from
             self.to = to

@@ -47,7 +47,7 @@ public final class RelayApplication: Sendable {
                                     protecting: dataDirectory.databasePath)
         let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
         mailFingerprint = Array(mail.utf8)
-        let relay = try RelayURL(Self.withRecipientPlaceholder(mail))
+        let relay = try RelayURL(Self.withRecipientPlaceholder(mail), relayRecipients: true)
         if relay.transport is MarkdownTransport || relay.jotterRelay != nil {
             // A note is no one's inbox, and another Jotter relay sends a device only to the one address it
             // verified: neither can carry other people's mail.
