@@ -98,15 +98,7 @@ public final class Application: Sendable {
         outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                             logger: logger.labelled("outbox"))
         dataDirectory.markDatabaseCreated()
-        let opened = outbox
-        do {
-            try DataDirectoryOwner.claim(.composer, path: dataDirectory.path, settings: opened.settings) {
-                try opened.history.acceptedCount() > 0
-            }
-        } catch {
-            opened.close()
-            throw error
-        }
+        try DataDirectoryOwner.claim(.composer, path: dataDirectory.path, outbox: outbox)
         relay.jotterRelay?.attach(outbox.settings)
         worker = DeliveryWorker(outbox: outbox, transport: transport, configuration: delivery,
                                 clock: clock, scheduler: scheduler, logger: logger.labelled("delivery"))

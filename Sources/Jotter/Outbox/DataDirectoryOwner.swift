@@ -24,6 +24,17 @@ enum DataDirectoryOwner: String, Sendable {
         }
     }
 
+    /// Takes the directory of `outbox` (just opened) for `claimant`; closes the outbox if it is the other
+    /// command's, and throws `Refusal`.
+    static func claim(_ claimant: DataDirectoryOwner, path: String, outbox: Outbox) throws {
+        do {
+            try claim(claimant, path: path, settings: outbox.settings) { try outbox.history.acceptedCount() > 0 }
+        } catch {
+            outbox.close()
+            throw error
+        }
+    }
+
     /// Takes the directory whose outbox keeps `settings` for `claimant`, or throws `Refusal` if it is the
     /// other command's. A directory from before this setting is known by what it holds: the relay's
     /// tables (`relay_schema`) make it a relay's; memos and no relay tables, a composer's. One holding

@@ -69,14 +69,7 @@ public final class RelayApplication: Sendable {
             let outbox = try Outbox(path: dataDirectory.databasePath, key: key, clock: clock,
                                     logger: logger.labelled("outbox"), recordsSubjects: false)
             dataDirectory.markDatabaseCreated()
-            do {
-                try DataDirectoryOwner.claim(.relay, path: dataDirectory.path, settings: outbox.settings) {
-                    try outbox.history.acceptedCount() > 0
-                }
-            } catch {
-                outbox.close()
-                throw error
-            }
+            try DataDirectoryOwner.claim(.relay, path: dataDirectory.path, outbox: outbox)
             store = try SQLiteRelayStore(database: outbox.database)
             self.outbox = outbox
         case .postgres(let url):
