@@ -171,6 +171,11 @@ import Testing
         #expect(refusal(one.certificateFile, one.keyFile) == "accepted")
         #expect(refusal(one.certificateFile, two.keyFile).contains("is not the key of the certificate"))
         #expect(refusal(one.keyFile, one.certificateFile).contains("swapped"))
+        // A key every user may read is refused; one its group reads (ssl-cert's 0640) is not.
+        #expect(chmod(one.keyFile, 0o644) == 0)
+        #expect(refusal(one.certificateFile, one.keyFile).contains("can be read by every user"))
+        #expect(chmod(one.keyFile, 0o640) == 0)
+        #expect(refusal(one.certificateFile, one.keyFile) == "accepted")
     }
 
     /// Plain HTTP beyond this machine, with no TLS proxy named, is warned about at start; on loopback, with

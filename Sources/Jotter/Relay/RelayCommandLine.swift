@@ -199,6 +199,12 @@ public enum RelayCommandLine {
                 throw CommandLineOptions.UsageError(description: "--tls-key \(key) is not the key of the certificate "
                                                     + "in --tls-cert \(certificate)")
             }
+            // Anyone on this machine who can read the key can pose as the relay (its group may: `ssl-cert`).
+            var info = stat()
+            if stat(key, &info) == 0, info.st_mode & 0o007 != 0 {
+                throw CommandLineOptions.UsageError(description: "--tls-key \(key) can be read by every user of this "
+                    + "machine (mode \(String(info.st_mode & 0o777, radix: 8))): chmod o-rwx it")
+            }
             configuration.http.tls = (keyPEM: keyPEM, certificatePEM: certificatePEM)
         case (nil, nil):
             break
