@@ -117,6 +117,26 @@ import Testing
         #expect(!lifecycle.isDue(now: .max), "a failed memo waits for a person or a configuration change")
     }
 
+    /// A message taken whole without a reply may have arrived: retried once (at the wait the failure
+    /// names), and the second time running it fails rather than be copied again. Another failure between
+    /// the two starts the count afresh.
+    @Test func aSecondNoReplyInARowFails() throws {
+        var lifecycle = DeliveryLifecycle.accepted(now: Self.now)
+        let noReply = DeliveryFailure(.noReply, permanent: false, retryAfterMilliseconds: 60_000)
+        try lifecycle.claim(now: Self.now, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(noReply, now: Self.now, policy: RetryPolicy(capMilliseconds: 120_000), random: 0)
+        #expect(lifecycle.status == .retrying && lifecycle.nextAttemptAt == Self.now + 60_000)
+        try lifecycle.claim(now: Self.now + 60_000, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(DeliveryFailure(.network, permanent: false), now: Self.now, policy: Self.policy, random: 0)
+        #expect(lifecycle.status == .retrying, "a network failure between: not twice in a row")
+        try lifecycle.claim(now: .max - Self.lease, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(noReply, now: Self.now, policy: Self.policy, random: 0)
+        #expect(lifecycle.status == .retrying)
+        try lifecycle.claim(now: .max - Self.lease, leaseMilliseconds: Self.lease)
+        try lifecycle.attemptFailed(noReply, now: Self.now, policy: Self.policy, random: 0)
+        #expect(lifecycle.status == .failed && lifecycle.lastError == "no_reply" && lifecycle.nextAttemptAt == nil)
+    }
+
     @Test func anUnreachableRelayRetriesAtTheProbeWithoutClimbingTheLadder() throws {
         var lifecycle = DeliveryLifecycle(status: .sending, attempts: 4, backoffStep: 2, leaseUntil: Self.now + Self.lease)
         try lifecycle.relayUnreachable(DeliveryFailure(.unreachable, permanent: false), retryAt: Self.now + 3000)
