@@ -101,8 +101,9 @@ public struct SMTPTransport: Transport {
     ///
     /// A permanent refusal of `MAIL FROM` refuses the sender, which every memo shares (an address this
     /// account may not send as): not this memo's failure but the configuration's, so the memos wait, held,
-    /// until it changes or the server accepts again — not one failed memo after another. A refused `RCPT` or
-    /// message stays this memo's (a relay's recipients differ; the content may be what was refused).
+    /// until it changes or the server accepts again — not one failed memo after another. A refused message
+    /// stays this memo's (its content may be what was refused), and so does a refused `RCPT` when each
+    /// message has its own recipient (a relay's).
     ///
     /// A 5xx before the message went out and before any command of the message (`554` or `521` as the
     /// greeting, a refused EHLO or STARTTLS) refuses this client, not the memo: held as the configuration's
