@@ -181,11 +181,42 @@ import Testing
         let configuration = try Self.configuration(["--data-dir", directory.path, "--relay", "markdown:vault/inbox?x=1"])
         let cwd = FileManager.default.currentDirectoryPath
         #expect(configuration.relay == "markdown:\(cwd)/vault/inbox?x=1")
-        #expect(CommandLineOptions.absoluteRelayPath("maildir:/srv/mail") == "maildir:/srv/mail")
-        #expect(CommandLineOptions.absoluteRelayPath("sendmail:") == "sendmail:")
-        #expect(CommandLineOptions.absoluteRelayPath("smtp://h:587") == "smtp://h:587")
+        let home = ["HOME": "/home/me"]
+        #expect(try CommandLineOptions.absoluteRelayPath("maildir:/srv/mail", environment: home) == "maildir:/srv/mail")
+        #expect(try CommandLineOptions.absoluteRelayPath("sendmail:", environment: home) == "sendmail:")
+        #expect(try CommandLineOptions.absoluteRelayPath("smtp://h:587", environment: home) == "smtp://h:587")
         let unit = ServiceCommand.unit(binary: "/usr/bin/jotter", configuration: configuration, relayFile: directory.file("relay"))
         #expect(unit.contains("ReadWritePaths=\(directory.path) \(cwd)/vault/inbox"), "\(unit)")
+    }
+
+    /// `~/…` is the home folder wherever a path is given — a relay's vault for the service, the data
+    /// directory of serve, relay, devices, rekey and pair — as `serve` already read a relay's Maildir:
+    /// made absolute against the working directory, it was a folder named `~` there, and a data
+    /// directory was split between two places.
+    @Test func aTildePathIsTheHomeFolderEverywhere() throws {
+        let directory = TemporaryDirectory()
+        let home = ["HOME": directory.path]
+        #expect(try CommandLineOptions.absoluteRelayPath("markdown:~/vault?file=x.md", environment: home)
+            == "markdown:\(directory.path)/vault?file=x.md")
+        let service = try Self.configuration(["--data-dir", "~/svd", "--relay", "markdown:~/vault"], environment: home)
+        #expect(service.dataDirectory == directory.path + "/svd" && service.relay == "markdown:\(directory.path)/vault")
+        #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/~"))
+        func dataDirectory(_ arguments: [String], _ environment: [String: String] = [:]) throws -> String? {
+            switch try CommandLineOptions.parse(arguments, environment: home.merging(environment) { $1 },
+                                                sourceRoot: "/src/Sources/JotterCLI/main.swift") {
+            case .serve(let configuration): return configuration.dataDirectory
+            case .relay(let configuration): return configuration.dataDirectory
+            case .devices(let path, _), .rekey(let path), .pair(let path): return path
+            default: return nil
+            }
+        }
+        #expect(try dataDirectory(["serve", "--data-dir", "~/jd"]) == directory.path + "/jd")
+        #expect(try dataDirectory(["serve"], ["JOTTER_DATA_DIR": "~/envd"]) == directory.path + "/envd")
+        #expect(try dataDirectory(["relay", "--data-dir", "~/rd"]) == directory.path + "/rd")
+        #expect(try dataDirectory(["devices", "--data-dir", "~"]) == directory.path)
+        #expect(try dataDirectory(["rekey"], ["JOTTER_DATA_DIR": "~/envd"]) == directory.path + "/envd")
+        #expect(throws: CommandLineOptions.UsageError.self) { try dataDirectory(["serve", "--data-dir", "~bob/jd"]) }
+        #expect(try dataDirectory(["serve", "--data-dir", "rel/jd"]) == "rel/jd", "a relative path stays as it was")
     }
 }
 

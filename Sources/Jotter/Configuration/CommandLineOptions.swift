@@ -161,7 +161,7 @@ public enum CommandLineOptions {
             // A service runs from no particular directory: every path absolute.
             configuration.dataDirectory = absolute(configuration.dataDirectory)
             configuration.publicDirectory = absolute(configuration.publicDirectory)
-            configuration.relay = configuration.relay.map(absoluteRelayPath)
+            configuration.relay = try configuration.relay.map { try absoluteRelayPath($0, environment: environment) }
             return .service(action, configuration)
         case "history": return try parseHistory(arguments, environment: environment)
         case "relay": return try RelayCommandLine.parse(arguments, environment: environment)
@@ -222,7 +222,8 @@ public enum CommandLineOptions {
         preferCommandLine(&values, given: onCommandLine, spellings: ("--relay", "--relay-file"))
 
         return try namingEnvironment(flags, given: onCommandLine, in: values) {
-            let dataDirectory = values["--data-dir"] ?? Configuration.defaultDataDirectory(environment: environment)
+            let dataDirectory = try values["--data-dir"].map { try expandingHome($0, environment: environment) }
+                ?? Configuration.defaultDataDirectory(environment: environment)
             var configuration = Configuration(dataDirectory: dataDirectory,
                                               publicDirectory: values["--public-dir"] ?? defaultPublicDirectory(sourceRoot))
             configuration.relay = values["--relay"]
@@ -356,12 +357,14 @@ public enum CommandLineOptions {
 
     /// A relay URL whose path is a local one (`maildir:`, `markdown:`, `sendmail:`) with that path
     /// absolute: a service runs from no particular directory (and may write only where its unit says).
-    static func absoluteRelayPath(_ relay: String) -> String {
+    static func absoluteRelayPath(_ relay: String, environment: [String: String]) throws -> String {
         for scheme in ["maildir:", "markdown:", "sendmail:"] where relay.hasPrefix(scheme) {
             let rest = relay.dropFirst(scheme.count)
             let path = rest.prefix { $0 != "?" }
             guard !path.isEmpty, !path.hasPrefix("/") else { return relay }
-            return scheme + absolute(String(path)) + rest.dropFirst(path.count)
+            // `~/vault` is the home folder's, as `serve` reads it: made absolute against the working
+            // directory, it was a folder named `~` there.
+            return scheme + absolute(try expandingHome(String(path), environment: environment)) + rest.dropFirst(path.count)
         }
         return relay
     }
@@ -507,6 +510,7 @@ public enum CommandLineOptions {
                 words.append(argument)
             }
         }
+        dataDirectory = try expandingHome(dataDirectory, environment: environment)
         switch words.first {
         case nil, "list": return .devices(dataDirectory: dataDirectory, action: .list)
         case "revoke":
@@ -556,6 +560,20 @@ public enum CommandLineOptions {
         }
         guard let given = value ?? rest.popFirst() else { throw UsageError(description: "\(name) needs a value") }
         return (name, given)
+    }
+
+    /// `~` and `~/…` as the home folder (`HOME`), as a shell would have expanded them had the path not been
+    /// quoted, or come from a unit file or an environment variable; anything else as it is. A data
+    /// directory `~/jd` was made in the working directory's `~` folder while its Maildir went home.
+    static func expandingHome(_ path: String, environment: [String: String]) throws -> String {
+        guard path.hasPrefix("~") else { return path }
+        guard path == "~" || path.hasPrefix("~/") else {
+            throw UsageError(description: "~user is not expanded in \(path.prefix(60)): give the full path")
+        }
+        guard let home = environment["HOME"], home.hasPrefix("/") else {
+            throw UsageError(description: "\(path.prefix(60)) needs HOME to be set: give the full path")
+        }
+        return (home.hasSuffix("/") && home.count > 1 ? String(home.dropLast()) : home) + path.dropFirst()
     }
 
     /// `path` made absolute against the current directory.

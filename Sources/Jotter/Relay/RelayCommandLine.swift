@@ -110,7 +110,8 @@ public enum RelayCommandLine {
     private static func configuration(_ values: [String: String],
                                       environment: [String: String]) throws -> RelayConfiguration {
         var configuration = RelayConfiguration(
-            dataDirectory: values["--data-dir"] ?? RelayConfiguration.defaultDataDirectory(environment: environment))
+            dataDirectory: try values["--data-dir"].map { try CommandLineOptions.expandingHome($0, environment: environment) }
+                ?? RelayConfiguration.defaultDataDirectory(environment: environment))
         if let store = values["--store"] { configuration.store = try self.store(store) }
         configuration.mail = values["--mail"]
         if let path = values["--mail-file"] {
@@ -278,7 +279,8 @@ public enum RelayCommandLine {
                 unknown: "usage: jotter relay invite [--data-dir PATH] [--store URL]; unknown option")
             values[name] = given
         }
-        return (values["--data-dir"] ?? RelayConfiguration.defaultDataDirectory(environment: environment),
+        return (try values["--data-dir"].map { try CommandLineOptions.expandingHome($0, environment: environment) }
+                    ?? RelayConfiguration.defaultDataDirectory(environment: environment),
                 try values["--store"].map(store) ?? .sqlite)
     }
 }
