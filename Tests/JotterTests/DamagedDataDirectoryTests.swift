@@ -86,6 +86,28 @@ import Testing
         #expect((try? FileManager.default.attributesOfItem(atPath: data + "/jotter.db")[.size] as? Int) == 0)
     }
 
+    /// `jotter devices` (and `pair`, which shares its opening) on a truncated or replaced database refuses
+    /// as the server does. Before, it made a new, empty outbox there, and the server then started on it
+    /// instead of saying "restore it from your backup".
+    @Test func devicesOnADamagedDatabaseRefusesAndLeavesItForTheRestore() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        _ = directory
+        #expect(truncate(data + "/jotter.db", 0) == 0)
+        for name in ["jotter.db-wal", "jotter.db-shm"] { unlink(data + "/" + name) }
+        #expect(throws: DataDirectory.Failure.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .list) }
+        #expect((try? FileManager.default.attributesOfItem(atPath: data + "/jotter.db")[.size] as? Int) == 0)
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("0 bytes"), "the server still says what to restore")
+        // A database file holding no outbox at all (another file put in its place), the marker gone too.
+        unlink(data + "/jotter.db")
+        unlink(data + "/outbox-created")
+        let other = try Database(path: data + "/jotter.db")
+        try other.run("CREATE TABLE notes (x TEXT)")
+        other.close()
+        #expect(throws: CommandLineOptions.UsageError.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .list) }
+        #expect(DataDirectory.schemaVersion(databasePath: data + "/jotter.db") == 0, "not migrated into an outbox")
+    }
+
     @Test func aDatabaseThatWentMissingIsRefusedWhereOneWasBefore() throws {
         let (directory, data) = try Self.dataDirectoryWithAMemo()
         _ = directory

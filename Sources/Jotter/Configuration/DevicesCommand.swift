@@ -49,6 +49,13 @@ public enum DevicesCommand {
         if access(directory + "/key.new", F_OK) == 0 {
             throw Application.StartFailure.interruptedRekey(path: directory + "/key.new")
         }
+        // A truncated or replaced database is refused as the server refuses it: opened here, it would be
+        // made a new, empty outbox, and the server's "restore it from your backup" would never be said.
+        try DataDirectory.checkDatabase(in: directory)
+        guard DataDirectory.schemaVersion(databasePath: directory + "/jotter.db").map({ $0 > 0 }) ?? true else {
+            throw CommandLineOptions.UsageError(description: "\(directory)/jotter.db holds no Jotter outbox: "
+                + "was it replaced? Restore it from your backup")
+        }
         // The server's key is a systemd credential (it left this marker), not in this shell's reach: say
         // how to give it, rather than "restore your key" (the key is not lost; it is the service's).
         let credential = credentialsDirectory.map(KeyStore.credentialPath(in:))

@@ -106,6 +106,13 @@ public final class DataDirectory: Sendable {
     /// leaves one), or no usable database where the marker says one was. Otherwise writes the marker
     /// when it is missing (first start, or a data directory from before the marker).
     public func checkDatabase() throws {
+        try Self.checkDatabase(in: path)
+    }
+
+    /// `checkDatabase()` for the data directory at `path`, without taking its lock: for the commands that
+    /// open the database of a running server (`jotter devices`, `jotter pair`).
+    public static func checkDatabase(in path: String) throws {
+        let databasePath = Self.databasePath(in: path), markerPath = path + "/outbox-created"
         // Each of the database's files, and the directory SQLite makes them in, must be writable: a
         // read-only one fails the start in SQLite's words, which name no file.
         for file in [path, databasePath, databasePath + "-wal", databasePath + "-shm"] {
