@@ -147,8 +147,29 @@ import Testing
         #expect(!Self.exists(typo))
         // A directory that exists but holds no outbox: refused, no key written either.
         try FileManager.default.createDirectory(atPath: typo, withIntermediateDirectories: true)
+        #expect(chmod(typo, 0o755) == 0)
         #expect(throws: Rekey.Failure.noDatabase(path: typo + "/jotter.db")) { _ = try Rekey.run(dataDirectory: typo) }
         #expect(!Self.exists(typo + "/key") && !Self.exists(typo + "/key.new"))
+        #expect(!Self.exists(typo + "/lock"), "not touched: no lock file")
+        #expect((try FileManager.default.attributesOfItem(atPath: typo)[.posixPermissions] as? Int) == 0o755,
+                "not touched: its mode as it was")
+    }
+
+    /// A rekey run with another directory's key fails before it writes `key.new`: left behind, that file
+    /// stopped serve ("a rekey was interrupted") once the right key was back.
+    @Test func aRekeyWithTheWrongKeyLeavesNothingBehind() throws {
+        let (directory, data) = try Self.dataDirectoryWithAMemo()
+        let (otherDirectory, other) = try Self.dataDirectoryWithAMemo()
+        _ = (directory, otherDirectory)
+        #expect(rename(data + "/key", data + "/key.right") == 0)
+        try FileManager.default.copyItem(atPath: other + "/key", toPath: data + "/key")
+        #expect(throws: Outbox.OpenError.self) { _ = try Rekey.run(dataDirectory: data) }
+        #expect(!Self.exists(data + "/key.new"))
+        #expect(unlink(data + "/key") == 0 && rename(data + "/key.right", data + "/key") == 0)
+        let server = try TestServer(dataDirectory: data)
+        #expect(try server.outbox.history.acceptedCount() == 1)
+        server.stop()
+        #expect(try Rekey.run(dataDirectory: data).resealed >= 1, "and the right key rekeys")
     }
 
     @Test func aKeyThatIsADirectoryIsNamedAsSuch() throws {

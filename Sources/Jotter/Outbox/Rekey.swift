@@ -66,6 +66,10 @@ public enum Rekey {
             throw Failure.credentialKey
         }
         if access(credentialMarkerPath(dataDirectory: path), F_OK) == 0 { throw Failure.credentialKey }
+        // Nothing to rekey: said before the directory is touched (its lock file made, its mode changed).
+        if access(path, F_OK) == 0, !DataDirectory.holdsData(databasePath: DataDirectory.databasePath(in: path)) {
+            throw Failure.noDatabase(path: DataDirectory.databasePath(in: path))
+        }
         let directory = try DataDirectory(path: path, create: false)
         guard DataDirectory.holdsData(databasePath: directory.databasePath) else {
             throw Failure.noDatabase(path: directory.databasePath)
@@ -81,13 +85,20 @@ public enum Rekey {
         }
         let resumed = access(newKeyPath, F_OK) == 0
         let oldKey = try KeyStore.load(path: directory.keyPath, protecting: directory.databasePath)
-        let newKey = try KeyStore.load(path: newKeyPath)
         let database = try Database(path: directory.databasePath)
         defer { database.close() }
         try database.execute("PRAGMA busy_timeout = 5000; PRAGMA synchronous = FULL; PRAGMA secure_delete = ON")
         try Migrations.migrate(database)
-
-        let oldSealer = try Sealer(dataKey: oldKey), newSealer = try Sealer(dataKey: newKey)
+        let oldSealer = try Sealer(dataKey: oldKey)
+        // A first run checks that `key` opens this outbox before it makes `key.new`: with another
+        // directory's key it failed only after, and the `key.new` it left stopped serve ("a rekey was
+        // interrupted") once the right key was back.
+        if !resumed, let stored = try database.statement("SELECT value FROM settings WHERE name = 'hashing_secret'")
+            .firstRow([], { $0.blob(0) }) ?? nil, oldSealer.open(stored, context: SettingsStore.hashingSecretContext) == nil {
+            throw Outbox.OpenError.wrongKey(databasePath: database.path)
+        }
+        let newKey = try KeyStore.load(path: newKeyPath)
+        let newSealer = try Sealer(dataKey: newKey)
         let newID = Array(HMAC.sha256(Array("jotter key id".utf8), key: newKey).prefix(8))
 
         // The hashing secret first: under whichever key holds it now, re-sealed under the new one.
