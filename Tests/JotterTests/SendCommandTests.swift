@@ -115,6 +115,16 @@ import Testing
         }
         #expect(Date().timeIntervalSince(started) < 25, "not retried for a minute each")
 
+        // An ordinary web server (a mistyped port): it knows no POST (501) and has no /history (404).
+        // Neither is a Jotter, and no retry makes one: said at once, exit 64.
+        let web = try FixtureProcess(script: "plain_http_server.py", arguments: [directory.path],
+                                     errorPath: directory.file("web.stderr"))
+        defer { web.stop() }
+        let posted = try Self.jotter(["send", "--url", "http://127.0.0.1:\(web.port)", "--retry-for", "20", "x"], timeout: 30)
+        #expect(posted.status == 64 && posted.error.contains("no Jotter at"), "\(posted.status) \(posted.error)")
+        let listed = try Self.jotter(["history", "--url", "http://127.0.0.1:\(web.port)"], timeout: 30)
+        #expect(listed.status == 64 && listed.error.contains("no Jotter at"), "\(listed.status) \(listed.error)")
+
         let port = try BrowserTests.freePort()
         let secret = "s3cr3t-proxy-pw"
         let unreachable = try Self.jotter(["send", "--url", "http://bob:\(secret)@127.0.0.1:\(port)", "--retry-for", "1", "x"])

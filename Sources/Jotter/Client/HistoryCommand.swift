@@ -20,10 +20,15 @@ public enum HistoryCommand {
         }
         guard response.status == 200, case .array(let entries)? = try? JSONValue.parse(response.body) else {
             let lockedOut = response.status == 429 && response.errorCode == "too_many_attempts"
+            // A 200 that is not a history, or a 404/405/501: another server at this URL, not a Jotter.
+            let notJotter = [404, 405, 501].contains(response.status) || response.status == 200
             let status: SendCommand.Status = [401, 403].contains(response.status) || lockedOut ? .notAllowed
-                : [404, 405].contains(response.status) ? .usage : .temporary
-            return SendCommand.Result(status: status, output: "",
-                                      error: "jotter history: \(response.status) \(response.errorCode ?? "")\n")
+                : notJotter ? .usage : .temporary
+            let error = notJotter
+                ? "jotter history: no Jotter at \(SendCommand.shown(url)) (it answered \(response.status)); "
+                    + "--url is the server's base, like http://127.0.0.1:7373\n"
+                : "jotter history: \(response.status) \(response.errorCode ?? "")\n"
+            return SendCommand.Result(status: status, output: "", error: error)
         }
         return SendCommand.Result(status: .sent, output: table(entries), error: "")
     }

@@ -125,8 +125,9 @@ public enum SendCommand {
                     return Result(status: .notAllowed, output: "",
                                   error: "jotter send: not allowed (\(response.status) \(response.errorCode ?? "")): "
                                     + (response.errorMessage ?? "") + "\n")
-                case 404, 405:
-                    // Not a Jotter at this URL (often its path: --url is the server's base, not …/send).
+                case 404, 405, 501:
+                    // Not a Jotter at this URL (often its path: --url is the server's base, not …/send; a
+                    // server that knows no POST at all says 501): no retry can find one there.
                     return Result(status: .usage, output: "",
                                   error: "jotter send: no Jotter at \(shown(options.url)) (\(response.status)); "
                                     + "--url is the server's base, like http://127.0.0.1:7373\n")
