@@ -88,6 +88,14 @@ import Testing
         // Bytes that are not text, and options that do not exist: usage errors (64), said once.
         let binary = try Self.jotter(["send", "--url", url], input: [0xFF, 0xFE, 0x20, 0x62])
         #expect(binary.status == 64 && binary.error.contains("not UTF-8"), "\(binary.error)")
+        // A file that is not there is said so, not "cannot read … as UTF-8 text".
+        let missing = try Self.jotter(["send", "--url", url, "-f", directory.file("nowhere.txt")])
+        #expect(missing.status == 64 && missing.error.contains("No such file or directory"), "\(missing.error)")
+        // pair, rekey and service have no help of their own: --help shows jotter's, not a usage error.
+        for command in ["pair", "rekey", "service"] {
+            let help = try Self.jotter([command, "--help"])
+            #expect(help.status == 0 && help.output.contains("jotter rekey"), "\(command): \(help.error)")
+        }
         let bogus = try Self.jotter(["send", "--bogus"])
         #expect(bogus.status == 64, "\(bogus.error)")
         #expect(bogus.error.hasPrefix("jotter send: unknown option --bogus"), "\(bogus.error)")

@@ -62,9 +62,17 @@ public enum SendCommand {
         if let text = options.text {
             body = text
         } else if let file = options.file {
-            guard let bytes = try? FileIO.read(path: file, limit: maxInputBytes),
-                  let text = String(validating: bytes, as: UTF8.self) else {
-                return Result(status: .usage, output: "", error: "jotter send: cannot read \(file) as UTF-8 text\n")
+            let bytes: [UInt8]
+            do throws(SystemError) {
+                guard let read = try FileIO.read(path: file, limit: maxInputBytes) else { throw SystemError(code: ENOENT) }
+                bytes = read
+            } catch {
+                // Missing, unreadable, a folder: said as such (it was "cannot read … as UTF-8 text").
+                return Result(status: .usage, output: "",
+                              error: "jotter send: cannot read \(file): \(String(cString: strerror(error.code)))\n")
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                return Result(status: .usage, output: "", error: "jotter send: \(file) is not UTF-8 text\n")
             }
             body = text
         } else if let bytes = readInput(), !bytes.isEmpty {

@@ -138,6 +138,9 @@ public enum CommandLineOptions {
         guard let first = arguments.popFirst() else { return .help(help) }
         switch first {
         case "-h", "--help", "help": return .help(help)
+        // These have no help of their own: the top-level help describes them (it was a usage error).
+        case let word where ["pair", "rekey", "service"].contains(word) && arguments.contains { $0 == "-h" || $0 == "--help" }:
+            return .help(help)
         case "serve": break
         case "devices": return try parseDevices(arguments, environment: environment)
         case "pair":
