@@ -520,6 +520,29 @@ import Testing
 
     struct NotPaired: Error {}
 
+    /// `jotter devices` says what it cannot do as it is: a name with nothing visible is refused as such
+    /// (it said "no single device matches" a device that exists), and a device revoked before is
+    /// "already revoked", not "no device".
+    @Test func devicesSaysWhyItCannot() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try TestServer(dataDirectory: data).stop()
+        let id = try DevicesCommand.withRegistry(dataDirectory: data, credentialsDirectory: nil) { registry -> String in
+            let link = try registry.issuePairingToken().token
+            guard case .paired(let device, _) = try registry.pair(pairingToken: link, deviceName: "Phone") else {
+                throw NotPaired()
+            }
+            return device.id
+        }
+        #expect {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .rename(id, " \u{200B} "))
+        } throws: { "\($0)".contains("something visible") }
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .rename(String(id.prefix(8)), "Kitchen")) == "Renamed to Kitchen.")
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(id)).hasPrefix("Revoked."))
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(String(id.prefix(8)))).hasPrefix("Already revoked ("))
+        #expect(throws: CommandLineOptions.UsageError.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .revoke("")) }
+    }
+
     /// A phone paired with `registry`: its device, its token, and what `last_seen_at` the database holds.
     static func pairedPhone(_ registry: DeviceRegistry, _ outbox: Outbox) throws
         -> (device: DeviceRegistry.Device, token: String, stored: () throws -> Int64?) {

@@ -25,14 +25,22 @@ public enum DevicesCommand {
                 }.joined(separator: "\n")
             case .revoke(let id):
                 guard try registry.revoke(id: id) else {
+                    // Said as it is: a device revoked before is not "no device".
+                    let all = id.isEmpty ? [] : try registry.list().filter { $0.id.hasPrefix(id.lowercased()) }
+                    if all.count == 1, let revokedAt = all[0].revokedAt {
+                        return "Already revoked (\(Timestamp.iso8601(milliseconds: revokedAt)))."
+                    }
                     throw CommandLineOptions.UsageError(
                         description: "no single active device matches '\(id.prefix(40))'")
                 }
                 return "Revoked. That device must pair again."
             case .rename(let id, let name):
+                guard !DeviceRegistry.displayName(name).isEmpty else {
+                    throw CommandLineOptions.UsageError(description: "a device's name needs something visible in it")
+                }
                 guard let stored = try registry.rename(id: id, to: name) else {
                     throw CommandLineOptions.UsageError(
-                        description: "no single device matches '\(id.prefix(40))' (or the name is empty)")
+                        description: "no single device matches '\(id.prefix(40))'")
                 }
                 return "Renamed to \(stored)."
             }
