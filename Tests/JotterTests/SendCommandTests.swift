@@ -246,6 +246,17 @@ import Testing
         let listed = try Self.jotter(["history", "--url", url, "--ca", ca])
         #expect(listed.status == 0 && ["queued", "sending", "sent"].contains { listed.output.contains($0) }, "\(listed.output)")
         #expect(try server.outbox.history.acceptedCount() == 1)
+        // http:// to it: the server drops the plain request unanswered. Said at once (it retried the whole
+        // window, then said the memo "may have reached the server"), with the URL to use.
+        let plain = "http://127.0.0.1:\(server.port)"
+        let started = Date()
+        let mistaken = try Self.jotter(["send", "--url", plain, "--retry-for", "60", "plain"], timeout: 50)
+        #expect(mistaken.status == 64 && mistaken.error.contains("use --url \(url)") && mistaken.error.contains("nothing was sent"),
+                "\(mistaken.status) \(mistaken.error)")
+        #expect(Date().timeIntervalSince(started) < 40)
+        let history = try Self.jotter(["history", "--url", plain], timeout: 50)
+        #expect(history.status == 64 && history.error.contains("speaks HTTPS"), "\(history.error)")
+        #expect(try server.outbox.history.acceptedCount() == 1)
     }
 
     /// The answer is lost on its way back after the server stored the memo: the client must not say

@@ -15,6 +15,7 @@ public enum HistoryCommand {
                 return SendCommand.Result(status: .notAllowed, output: "",
                                           error: SendCommand.certificateAdvice("jotter history", url, outcome: ""))
             }
+            if let refusal = SendCommand.plainHTTPToTLS(error, client, url, command: "jotter history") { return refusal }
             return SendCommand.Result(status: .unreachable, output: "",
                                       error: "jotter history: no answer from \(SendCommand.shown(url))\n")
         }

@@ -153,6 +153,9 @@ public enum SendCommand {
                 if let failure = error as? ServerClient.Unreachable, failure.isCertificateProblem {
                     return Result(status: .notAllowed, output: "", error: Self.certificateAdvice("jotter send", options.url))
                 }
+                // http:// to a server that speaks only HTTPS (a LAN-mode Jotter drops a plain request without
+                // an answer): nothing reached it as a request, and no retry will.
+                if let refusal = Self.plainHTTPToTLS(error, client, options.url, command: "jotter send") { return refusal }
                 lastStatus = .unreachable
                 last = "no answer from \(shown(options.url))"
                 if let failure = error as? ServerClient.Unreachable, failure.requestSent { mayHaveArrived = true }
@@ -194,6 +197,18 @@ public enum SendCommand {
     static func unreadableCA(_ caFile: String?, command: String) -> Result? {
         guard let caFile, access(caFile, R_OK) != 0 else { return nil }
         return Result(status: .usage, output: "", error: "\(command): cannot read the CA file \(caFile) (--ca or JOTTER_CA)\n")
+    }
+
+    /// The answer for an `http://` URL whose server dropped the request unanswered because it speaks only
+    /// TLS there; nil for any other failure.
+    static func plainHTTPToTLS(_ error: any Error, _ client: ServerClient, _ url: String, command: String) -> Result? {
+        guard let failure = error as? ServerClient.Unreachable, failure.endedUnanswered, client.speaksTLS() else {
+            return nil
+        }
+        let https = "https://" + trimmed(shown(url)).dropFirst("http://".count)
+        return Result(status: .usage, output: "",
+                      error: "\(command): \(shown(url)) speaks HTTPS (a LAN-mode Jotter): use --url \(https), with "
+                        + "--ca DATA_DIR/tls/ca.pem; nothing was sent\n")
     }
 
     /// What to do when the server's certificate is not trusted: a LAN server signs its own.

@@ -26,6 +26,12 @@ struct ServerClient {
         /// the server may have acted on it.
         var requestSent = false
 
+        /// The connection ended before any answer (nothing, or reset): what a TLS-only port does with a
+        /// plain request.
+        var endedUnanswered: Bool {
+            [CURLE_GOT_NOTHING, CURLE_RECV_ERROR, CURLE_SEND_ERROR].map { Int32($0.rawValue) }.contains(code)
+        }
+
         /// The server answered but its certificate was not trusted (a LAN server's own CA, say).
         var isCertificateProblem: Bool {
             [CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM]
@@ -38,6 +44,26 @@ struct ServerClient {
     var timeoutSeconds = 30
     /// The CA to verify an `https://` server with (a LAN server's `DATA_DIR/tls/ca.pem`), else the system's.
     var caFile: String?
+
+    /// Whether the server of an `http://` base URL speaks TLS on that port (a LAN-mode Jotter serves only
+    /// HTTPS, and drops a plain request unanswered): a handshake only, no request, no certificate checked.
+    func speaksTLS() -> Bool {
+        guard baseURL.lowercased().hasPrefix("http://"), let handle = try? EasyHandle() else { return false }
+        do {
+            try handle.set(CURLOPT_URL, "https://" + baseURL.dropFirst("http://".count))
+            try handle.set(CURLOPT_PROTOCOLS_STR, "https")
+            try handle.set(CURLOPT_NOSIGNAL, 1)
+            try handle.set(CURLOPT_CONNECTTIMEOUT, 5)
+            try handle.set(CURLOPT_TIMEOUT, 10)
+            try handle.set(CURLOPT_CONNECT_ONLY, 1)
+            try handle.set(CURLOPT_SSL_VERIFYPEER, 0)
+            try handle.set(CURLOPT_SSL_VERIFYHOST, 0)
+            try handle.perform()
+            return true
+        } catch {
+            return false
+        }
+    }
 
     /// `METHOD baseURL+path` with `body` and `headers`; throws `Unreachable` when no answer came.
     func request(_ method: String, _ path: String, headers: [String] = [], body: [UInt8]? = nil) throws -> Response {
