@@ -217,6 +217,11 @@ import Testing
         #expect(try dataDirectory(["rekey"], ["JOTTER_DATA_DIR": "~/envd"]) == directory.path + "/envd")
         #expect(throws: CommandLineOptions.UsageError.self) { try dataDirectory(["serve", "--data-dir", "~bob/jd"]) }
         #expect(try dataDirectory(["serve", "--data-dir", "rel/jd"]) == "rel/jd", "a relative path stays as it was")
+        // One expansion for both: a relay URL's folder reads `~` as the data directory does.
+        #expect(try RelayURL.absolutePath("~/Maildir", environment: home) == directory.path + "/Maildir")
+        #expect(try CommandLineOptions.expandingHome("~", environment: ["HOME": "/"]) == "/")
+        #expect(try CommandLineOptions.expandingHome("~/x", environment: ["HOME": "/"]) == "/x")
+        #expect(throws: RelayURL.Failure.self) { try RelayURL.absolutePath("~bob/Maildir", environment: home) }
     }
 }
 

@@ -576,7 +576,8 @@ public enum CommandLineOptions {
         guard let home = environment["HOME"], home.hasPrefix("/") else {
             throw UsageError(description: "\(path.prefix(60)) needs HOME to be set: give the full path")
         }
-        return (home.hasSuffix("/") && home.count > 1 ? String(home.dropLast()) : home) + path.dropFirst()
+        let expanded = (home.hasSuffix("/") ? String(home.dropLast()) : home) + path.dropFirst()
+        return expanded.isEmpty ? "/" : expanded
     }
 
     /// `path` made absolute against the current directory.

@@ -223,14 +223,13 @@ public struct RelayURL: Sendable {
     /// A Maildir's or vault's folder as an absolute path: `~` and `~/…` are the home folder (a shell
     /// would have expanded them; in a URL it did not, and a folder named `~` appeared in the working
     /// directory), and a relative path is the working directory's (a service starts elsewhere).
-    static func absolutePath(_ path: String, environment: [String: String] = ProcessEnvironment.current) throws -> String {
-        if path == "~" || path.hasPrefix("~/") {
-            guard let home = environment["HOME"], home.hasPrefix("/") else {
-                throw Failure.invalid("~ needs HOME to be set; give the folder's full path")
-            }
-            return (home.hasSuffix("/") ? String(home.dropLast()) : home) + path.dropFirst()
+    static func absolutePath(_ given: String, environment: [String: String] = ProcessEnvironment.current) throws -> String {
+        let path: String
+        do {
+            path = try CommandLineOptions.expandingHome(given, environment: environment)
+        } catch {
+            throw Failure.invalid("\(error)")
         }
-        if path.hasPrefix("~") { throw Failure.invalid("~user is not expanded; give the folder's full path") }
         guard !path.hasPrefix("/") else { return path }
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else {
