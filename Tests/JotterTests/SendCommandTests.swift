@@ -96,6 +96,11 @@ import Testing
             let help = try Self.jotter([command, "--help"])
             #expect(help.status == 0 && help.output.contains("jotter rekey"), "\(command): \(help.error)")
         }
+        // Words a command does not take are refused, not ignored.
+        let both = try Self.jotter(["send", "--url", url, "-q", "--json", "x"])
+        #expect(both.status == 64 && both.error.contains("-q or --json"), "\(both.error)")
+        let extra = try Self.jotter(["devices", "list", "extra", "--data-dir", directory.path])
+        #expect(extra.status == 64 && extra.error.contains("usage: jotter devices [list]"), "\(extra.error)")
         let bogus = try Self.jotter(["send", "--bogus"])
         #expect(bogus.status == 64, "\(bogus.error)")
         #expect(bogus.error.hasPrefix("jotter send: unknown option --bogus"), "\(bogus.error)")

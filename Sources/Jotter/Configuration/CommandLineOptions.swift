@@ -416,6 +416,8 @@ public enum CommandLineOptions {
             guard options.file == nil else { throw UsageError(description: "give the memo as TEXT or -f FILE, not both") }
             options.text = words.joined(separator: " ")
         }
+        // Quiet prints nothing, JSON prints the id: a script gets one or the other, never a silent guess.
+        if options.quiet && options.json { throw UsageError(description: "jotter send: give -q or --json, not both") }
         options.caFile = options.caFile ?? defaultCA(url: options.url, environment: environment)
         return .send(options)
     }
@@ -515,7 +517,9 @@ public enum CommandLineOptions {
         }
         dataDirectory = try expandingHome(dataDirectory, environment: environment)
         switch words.first {
-        case nil, "list": return .devices(dataDirectory: dataDirectory, action: .list)
+        case nil, "list":
+            guard words.count <= 1 else { throw UsageError(description: "usage: jotter devices [list]") }
+            return .devices(dataDirectory: dataDirectory, action: .list)
         case "revoke":
             guard words.count == 2 else { throw UsageError(description: "usage: jotter devices revoke ID") }
             return .devices(dataDirectory: dataDirectory, action: .revoke(words[1]))
