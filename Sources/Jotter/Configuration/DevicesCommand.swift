@@ -26,8 +26,7 @@ public enum DevicesCommand {
             case .revoke(let id):
                 guard try registry.revoke(id: id) else {
                     // Said as it is: a device revoked before is not "no device".
-                    let all = id.isEmpty ? [] : try registry.list().filter { $0.id.hasPrefix(id.lowercased()) }
-                    if all.count == 1, let revokedAt = all[0].revokedAt {
+                    if let revokedAt = try registry.revokedAt(id: id) {
                         return "Already revoked (\(Timestamp.iso8601(milliseconds: revokedAt)))."
                     }
                     throw CommandLineOptions.UsageError(

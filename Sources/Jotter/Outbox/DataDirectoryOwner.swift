@@ -24,33 +24,27 @@ enum DataDirectoryOwner: String, Sendable {
         }
     }
 
-    /// Takes the directory of `outbox` (just opened) for `claimant`; closes the outbox if it is the other
-    /// command's, and throws `Refusal`.
+    /// Takes the directory of `outbox` (just opened) for `claimant`, or closes the outbox and throws
+    /// `Refusal` if it is the other command's. A directory from before this setting is known by what it
+    /// holds: the relay's tables (`relay_schema`) make it a relay's; memos and no relay tables, a
+    /// composer's. One holding nothing yet is anyone's to take.
     static func claim(_ claimant: DataDirectoryOwner, path: String, outbox: Outbox) throws {
         do {
-            try claim(claimant, path: path, settings: outbox.settings) { try outbox.history.acceptedCount() > 0 }
+            let settings = outbox.settings
+            let named = try settings.read(settingName).flatMap(DataDirectoryOwner.init(rawValue:))
+            var owner = named
+            if owner == nil {
+                if try settings.read("relay_schema") != nil {
+                    owner = .relay
+                } else if try outbox.history.acceptedCount() > 0 {
+                    owner = .composer
+                }
+            }
+            if let owner, owner != claimant { throw Refusal(path: path, owner: owner, claimant: claimant) }
+            if named == nil { try settings.write(settingName, value: claimant.rawValue) }
         } catch {
             outbox.close()
             throw error
         }
-    }
-
-    /// Takes the directory whose outbox keeps `settings` for `claimant`, or throws `Refusal` if it is the
-    /// other command's. A directory from before this setting is known by what it holds: the relay's
-    /// tables (`relay_schema`) make it a relay's; memos and no relay tables, a composer's. One holding
-    /// nothing yet is anyone's to take.
-    static func claim(_ claimant: DataDirectoryOwner, path: String, settings: SettingsStore,
-                      holdsMemos: () throws -> Bool) throws {
-        let named = try settings.read(settingName).flatMap(DataDirectoryOwner.init(rawValue:))
-        var owner = named
-        if owner == nil {
-            if try settings.read("relay_schema") != nil {
-                owner = .relay
-            } else if try holdsMemos() {
-                owner = .composer
-            }
-        }
-        if let owner, owner != claimant { throw Refusal(path: path, owner: owner, claimant: claimant) }
-        if named == nil { try settings.write(settingName, value: claimant.rawValue) }
     }
 }

@@ -151,8 +151,7 @@ public final class RelayApplication: Sendable {
     /// Plain HTTP on an address other machines reach, and no TLS proxy named in front of it.
     static func servesPlainHTTPBeyondThisMachine(_ configuration: RelayConfiguration) -> Bool {
         let host = configuration.http.host
-        return configuration.http.tls == nil && !Loopback.contains(host: host) && host != "localhost"
-            && configuration.trustedProxies.isEmpty
+        return configuration.http.tls == nil && !Loopback.contains(host: host) && configuration.trustedProxies.isEmpty
     }
 
     /// Stops in order: the server (draining requests in flight), housekeeping, the worker, the outbox

@@ -170,10 +170,7 @@ public final class RelayService: Sendable {
                                            quota: perDomain, windowSeconds: 86_400))
             }
             // A code mail spends the mail provider's quota as a message does: the relay-wide ceiling counts both.
-            if let quota = configuration.limits.globalPerDay {
-                charges.append(LimitCharge(policy: "relay-day", partition: [], quota: quota, windowSeconds: 86_400,
-                                           advertised: false))
-            }
+            if let ceiling = relayDayCharge { charges.append(ceiling) }
             let issue = CodeIssue(deviceID: deviceID, addressKey: addressKey,
                                   mailboxKey: keys.hash("mailbox", [address.mailbox]),
                                   sealedAddress: try keys.seal(address: address.address, deviceID: deviceID),
@@ -376,11 +373,16 @@ public final class RelayService: Sendable {
             charges.append(LimitCharge(policy: "ip-hour", partition: ipPartition(client), quota: quota,
                                        windowSeconds: 3600))
         }
-        if let quota = limits.globalPerDay {
-            charges.append(LimitCharge(policy: "relay-day", partition: [], quota: quota, windowSeconds: 86_400,
-                                       advertised: false))
-        }
+        if let ceiling = relayDayCharge { charges.append(ceiling) }
         return charges
+    }
+
+    /// The relay-wide daily ceiling (`--limit-global-day`), if set: every mail the provider sends, messages
+    /// and code mails alike, counts against it. Its volume is nobody's business: not advertised.
+    private var relayDayCharge: LimitCharge? {
+        configuration.limits.globalPerDay.map {
+            LimitCharge(policy: "relay-day", partition: [], quota: $0, windowSeconds: 86_400, advertised: false)
+        }
     }
 
     // MARK: Housekeeping

@@ -292,6 +292,17 @@ public final class DeviceRegistry: Sendable {
         return matches.count == 1 ? matches[0] : nil
     }
 
+    /// When the one device `id` (or its unique prefix) names was revoked; nil if it is active or no single
+    /// device matches.
+    public func revokedAt(id: String) throws -> Int64? {
+        try database.read { database in
+            guard let match = try uniqueMatch(database, id: id, activeOnly: false) else { return nil }
+            return try database.statement("SELECT revoked_at FROM devices WHERE id = ?").firstRow([.text(match)]) {
+                $0.optionalInt64(0)
+            } ?? nil
+        }
+    }
+
     /// Revokes a device (by id or unique id prefix); false if none matched.
     public func revoke(id: String) throws -> Bool {
         let now = clock.nowMilliseconds()
