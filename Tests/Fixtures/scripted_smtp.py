@@ -8,6 +8,7 @@ closes.
 control.json in OUTDIR is read at every step (the test may rewrite it), each key optional:
   {"greeting": "554 5.7.1 blocked", "ehlo": "550 no", "mail": "...", "rcpt": "...", "data": "...",
    "eod": "552 5.3.4 Message too big", "drop_after_data": true, "idle_421_after": 0.5}
+(idle_421_after: seconds of silence after an answered message before the 421 and the close)
 A missing key is a well-behaved server's answer. Everything goes to OUTDIR:
   NNNN.eml          each message whose end of DATA was received (answered or not)
   events.log        one line per step: "CONNECT", "GREETING 554", "EOD 250", "DROPPED", "IDLE421"
@@ -61,8 +62,12 @@ def handle(client, outdir):
         event(outdir, "GREETING " + greeting[:3])
         if not reply(greeting):
             return
+        idle_after_message = False
         while True:
-            idle = control(outdir).get("idle_421_after")
+            # Only between messages (after an answered end of DATA), as a server's idle timeout closes a
+            # kept connection: never inside a session a slow client is still speaking.
+            idle = control(outdir).get("idle_421_after") if idle_after_message else None
+            idle_after_message = False
             client.settimeout(idle)
             try:
                 line = reader.readline()
@@ -105,6 +110,7 @@ def handle(client, outdir):
                 answer = rules.get("eod", "250 2.0.0 Ok: queued")
                 event(outdir, "EOD " + answer[:3])
                 reply(answer)
+                idle_after_message = True
             elif verb == b"RSET" or verb == b"NOOP":
                 reply("250 2.0.0 Ok")
             elif verb == b"QUIT":

@@ -142,7 +142,7 @@ import Testing
     /// A server that closes an idle connection with `421` (Postfix after its idle timeout): the next memo
     /// goes on a fresh connection at its first attempt, with no failure logged.
     @Test func anIdleConnectionClosedWith421CostsNoAttempt() throws {
-        let fixture = try Fixture(["idle_421_after": 0.3])
+        let fixture = try Fixture(["idle_421_after": 1.0])
         defer { fixture.stop() }
         let server = fixture.server
         let first = try DeliveryKit.send(server, body: "first")
