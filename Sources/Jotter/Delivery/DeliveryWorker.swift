@@ -77,6 +77,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
+    /// When the store's pages were last read through for damage (monotonic; nil: not yet).
+    private var lastIntegrityCheck: Int64?
     /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
     /// whose unsynced record of a delivery a power loss may have undone.
     private let startedAt: Int64
@@ -319,6 +321,8 @@ public final class DeliveryWorker: @unchecked Sendable {
                 let delay = Self.claimRetryMilliseconds(afterFailures: failedClaims)
                 failedClaims += 1
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error), "retry_ms": "\(delay)"])
+                // A damaged page under the waiting memos: /healthz says so, not only this log.
+                outbox.noteDamage(error)
                 timer?.arm(afterMilliseconds: delay)
                 return
             }
@@ -328,6 +332,12 @@ public final class DeliveryWorker: @unchecked Sendable {
             lastPurge = tick
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
             warnAboutStuckMemos(now: now)
+        }
+        // At start and then daily: every page read once, off this queue (a large outbox takes a while).
+        if lastIntegrityCheck.map({ tick - $0 > Self.integrityCheckIntervalMilliseconds }) ?? true {
+            lastIntegrityCheck = tick
+            let outbox = outbox
+            DispatchQueue.global(qos: .utility).async { outbox.checkIntegrity() }
         }
         // Before the timer: whoever sees the timer armed sees this too.
         if inFlight >= slotCount { coverage.store(Coverage.slotsBusy.rawValue, ordering: .releasing) }
@@ -720,6 +730,8 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// How often outcomes that could not be written are tried again.
     static let unrecordedRetryMilliseconds: Int64 = 1000
+    /// How often the store's pages are read through for damage (and once at start).
+    static let integrityCheckIntervalMilliseconds: Int64 = 86_400_000
 
     /// How long after `failures` failed claims in a row the next is tried: 1 s, doubling to a minute.
     static func claimRetryMilliseconds(afterFailures failures: Int) -> Int64 {

@@ -56,6 +56,18 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     /// True when other processes claim from the same queue: the worker then renews the leases of its
     /// sends in flight, so a slow send is not taken over while its sender lives.
     var leasesAreShared: Bool { get }
+
+    /// Looks for damaged pages in the store (a node's own SQLite file; PostgreSQL checks its own pages),
+    /// on the calling thread, off the worker's queue.
+    func checkIntegrity()
+
+    /// Takes the word of a failed claim or write about the store's pages.
+    func noteDamage(_ error: any Error)
+}
+
+extension DeliveryQueue {
+    public func checkIntegrity() {}
+    public func noteDamage(_ error: any Error) {}
 }
 
 extension DeliveryQueue {

@@ -16,6 +16,8 @@ final class GroupCommit: Sendable {
     private let store: MessageStore
     private let clock: any WallClock
     private let logger: Logger
+    /// Told of a commit that met a damaged page.
+    private let integrity: IntegrityWatch?
     /// Memos waiting for the next batch; whether a batch is scheduled or running; and how many memos
     /// are between `enqueue` and their answer (the inline path is for a memo that is alone).
     private let pending = Mutex<(items: [Pending], scheduled: Bool, unanswered: Int)>(([], false, 0))
@@ -23,11 +25,13 @@ final class GroupCommit: Sendable {
     /// Why memos are refused, from the first refused commit until one commits again.
     private let trouble = Mutex<Outbox.StorageTrouble?>(nil)
 
-    init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger) {
+    init(database: DatabaseQueue, store: MessageStore, clock: any WallClock, logger: Logger,
+         integrity: IntegrityWatch? = nil) {
         self.database = database
         self.store = store
         self.clock = clock
         self.logger = logger
+        self.integrity = integrity
     }
 
     /// Called (on the writer queue) after a batch that stored at least one new memo commits.
@@ -104,6 +108,7 @@ final class GroupCommit: Sendable {
             }
         } catch {
             let failure = error as? DatabaseError
+            integrity?.note(error)
             logger.error("outbox commit failed", metadata: ["error.kind": failure?.kind ?? "\(type(of: error))",
                                                             "batch": "\(batch.count)"])
             let storage = Outbox.EnqueueError.storage(kind: failure?.kind ?? "io", diskFull: failure?.isDiskFull ?? false)

@@ -64,6 +64,10 @@ public final class Outbox: MessageOutbox {
     /// `/healthz` reports as `storage`.
     public var storageTrouble: StorageTrouble? { accepting.storageTrouble }
 
+    /// Damage seen in the database's pages (by `checkIntegrity`, or by a read that met it): what
+    /// `/healthz` reports as `storage.state: damaged`, for the life of the process.
+    var damage: IntegrityWatch.Damage? { integrity.damage }
+
     /// The one database queue (the device registry shares it).
     public let database: DatabaseQueue
     /// Plain settings and configuration fingerprints.
@@ -72,6 +76,7 @@ public final class Outbox: MessageOutbox {
     public let history: HistoryReader
     let store: MessageStore
     private let accepting: GroupCommit
+    private let integrity: IntegrityWatch
     private let hashingKey: SymmetricKey
     private let clock: any WallClock
 
@@ -88,7 +93,20 @@ public final class Outbox: MessageOutbox {
         self.clock = clock
         settings = SettingsStore(database: database, hashingKey: hashingKey, sealer: sealer)
         history = HistoryReader(database: database, sealer: sealer)
-        accepting = GroupCommit(database: database, store: store, clock: clock, logger: logger)
+        let integrity = IntegrityWatch(path: path, vfs: database.vfs, clock: clock, logger: logger)
+        self.integrity = integrity
+        accepting = GroupCommit(database: database, store: store, clock: clock, logger: logger, integrity: integrity)
+    }
+
+    /// Reads every page of the database once, on the calling thread (never the writer's or a request's),
+    /// on a connection of its own: nothing waits for it.
+    public func checkIntegrity() {
+        integrity.check()
+    }
+
+    /// Takes the word of a failed read or write about the database's pages (see `IntegrityWatch.note`).
+    public func noteDamage(_ error: any Error) {
+        integrity.note(error)
     }
 
     /// A subkey of the hashing secret for another component (device tokens).

@@ -18,6 +18,8 @@ public final class DatabaseQueue: @unchecked Sendable {
     private let onWriter = DispatchSpecificKey<Bool>()
     /// The database file.
     public let path: String
+    /// The VFS its connections are opened with (nil: SQLite's default), for a connection of one's own.
+    let vfs: String?
 
     /// Opens the database at `path` (creating and migrating it), with WAL, `synchronous=FULL` (read
     /// back: the 204 promise depends on it) and `secure_delete`.
@@ -31,6 +33,7 @@ public final class DatabaseQueue: @unchecked Sendable {
         self.writer = writer
         self.reader = reader
         self.path = path
+        self.vfs = vfs
         queue.setSpecific(key: onWriter, value: true)
     }
 

@@ -41,6 +41,7 @@ struct HistoryRoute: Sendable {
             }
             return response
         } catch {
+            outbox.noteDamage(error)
             return Self.storageError
         }
     }
@@ -60,6 +61,7 @@ struct HistoryRoute: Sendable {
             response.messageID = id
             return response
         } catch {
+            outbox.noteDamage(error)
             return Self.storageError
         }
     }
@@ -115,16 +117,23 @@ struct HistoryRoute: Sendable {
             let relay = relayState()
             let now = clock.nowMilliseconds()
             let stuck = try outbox.history.stuckSummary(acceptedBefore: now - warnAfterMilliseconds)
-            let storage = outbox.storageTrouble
+            let storage = outbox.storageTrouble, damage = outbox.damage
             var json = JSONWriter()
             json.object { json in
-                json.field("status", relay == .ok && stuck.count == 0 && storage == nil ? "ok" : "degraded")
+                json.field("status", relay == .ok && stuck.count == 0 && storage == nil && damage == nil ? "ok" : "degraded")
                 // The disk refuses memos (full, read-only, failing): they get 503 until one is stored again.
+                // Damaged pages (memos in them may never go) outrank it: they stay until the file is restored.
                 json.key("storage")
                 json.object { json in
-                    json.field("state", storage == nil ? "ok" : "failing")
-                    json.field("reason", storage?.reason)
-                    json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
+                    if let damage {
+                        json.field("state", "damaged")
+                        json.field("reason", damage.reason)
+                        json.field("since", Timestamp.iso8601(milliseconds: damage.sinceMilliseconds))
+                    } else {
+                        json.field("state", storage == nil ? "ok" : "failing")
+                        json.field("reason", storage?.reason)
+                        json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
+                    }
                 }
                 json.key("stuck")
                 json.object { json in
@@ -146,6 +155,7 @@ struct HistoryRoute: Sendable {
             }
             return .json(200, json.bytes)
         } catch {
+            outbox.noteDamage(error)
             return .error(503, code: "storage_unavailable", message: "The outbox database cannot be read.")
         }
     }

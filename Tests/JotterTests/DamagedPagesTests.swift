@@ -1,0 +1,116 @@
+import CSQLite
+import Foundation
+import Testing
+@testable import Jotter
+
+/// A `jotter.db` with pages SQLite cannot read (a failing disk, a file changed under the server): the
+/// server still starts and takes memos, but says so — `/healthz` degraded with `storage.state: damaged`,
+/// one log line saying what to do and naming no memo — because memos in such a page may never go.
+@Suite struct DamagedPagesTests {
+    /// A stopped data directory whose outbox holds `count` delivered memos, each with `marker` in its text.
+    private static func dataDirectory(memos count: Int, marker: String) throws -> (TemporaryDirectory, String) {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        let server = try TestServer(dataDirectory: data)
+        for index in 0..<count {
+            let text = "\(marker) number \(index): " + String(repeating: "filler to spread the rows over pages ", count: 8)
+            #expect(try server.route("POST", "/", headers: [("Content-Type", "text/plain")], body: Array(text.utf8)).status == 204)
+        }
+        #expect(try server.finishDeliveries(timeout: 60))
+        server.stop()
+        return (directory, data)
+    }
+
+    /// Overwrites one leaf page of the `messages` table (found with SQLite's `dbstat`) with bytes that
+    /// are no b-tree page. The server is stopped, so the page is in the file, not the WAL.
+    private static func damageAMessagesPage(in data: String) throws {
+        let path = data + "/jotter.db"
+        let (page, size) = try {
+            let database = try Database(path: path)
+            defer { database.close() }
+            try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let pages = try database.statement(
+                "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY pageno"
+            ).rows { $0.int64(0) }
+            let size = try #require(Int64(try database.pragma("page_size") ?? ""))
+            #expect(pages.count >= 3, "rows over several pages: \(pages)")
+            return (try #require(pages.dropFirst().first), size)
+        }()
+        let file = try #require(FileHandle(forUpdatingAtPath: path))
+        defer { try? file.close() }
+        try file.seek(toOffset: UInt64((page - 1) * size))
+        try file.write(contentsOf: Data(repeating: 0xA5, count: Int(size)))
+        try file.synchronize()
+    }
+
+    private static func health(_ server: TestServer) throws -> [String: Any] {
+        try #require(try server.route("GET", "/healthz").json as? [String: Any])
+    }
+
+    @Test func aDamagedPageIsReportedByHealthzAndOnceInTheLogWhileNewMemosStillGo() throws {
+        let marker = "damaged-page-canary"
+        let (directory, data) = try Self.dataDirectory(memos: 120, marker: marker)
+        _ = directory
+        try Self.damageAMessagesPage(in: data)
+
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        // The check at start finds it, without any request reaching the page.
+        #expect(server.waitUntil(timeout: 60) {
+            ((try? Self.health(server))?["storage"] as? [String: Any])?["state"] as? String == "damaged"
+        }, "\(server.logs.captured.suffix(2000))")
+        let health = try Self.health(server)
+        #expect(health["status"] as? String == "degraded")
+        let storage = try #require(health["storage"] as? [String: Any])
+        #expect(storage["reason"] as? String == "damaged")
+        #expect(storage["since"] is String)
+
+        // New memos are still taken and delivered: refusing them would lose what a person writes now.
+        let sent = try server.route("POST", "/", headers: [("Content-Type", "text/plain")], body: Array("after the damage".utf8))
+        #expect(sent.status == 204)
+        #expect(server.waitUntil(timeout: 30) {
+            server.deliveredFiles().contains { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("after the damage") == true }
+        })
+        // A read that meets the page fails as the disk's trouble, and the state stays what it was.
+        #expect(try server.route("GET", "/history?limit=1000").status == 503)
+        #expect((try Self.health(server)["storage"] as? [String: Any])?["state"] as? String == "damaged")
+
+        // One line says what to do; no line names a memo.
+        server.logs.flush()
+        let log = server.logs.captured
+        #expect(log.components(separatedBy: "the outbox database is damaged").count - 1 == 1, "\(log.suffix(3000))")
+        #expect(log.contains("restore jotter.db from a backup"))
+        #expect(!log.contains(marker) && !log.contains("after the damage"))
+    }
+
+    /// A read that meets a damaged page before the check has run is taken at its word, and other failures
+    /// (a full disk, a lock held too long) say nothing of the pages.
+    @Test func failedReadsReportDamageOnlyWhenTheyMetIt() throws {
+        let directory = TemporaryDirectory()
+        let watch = IntegrityWatch(path: directory.file("none.db"), vfs: nil, clock: SystemClock(),
+                                   logger: Logger(label: "test", sink: .memory()))
+        watch.note(DatabaseError(code: SQLITE_FULL, message: "database or disk is full"))
+        watch.note(DatabaseError(code: SQLITE_BUSY, message: "database is locked"))
+        watch.note(CocoaError(.fileReadCorruptFile))
+        #expect(watch.damage == nil)
+        watch.note(DatabaseError(code: SQLITE_CORRUPT, message: "database disk image is malformed"))
+        #expect(watch.damage?.reason == "damaged")
+        let first = watch.damage
+        watch.note(DatabaseError(code: SQLITE_IOERR, message: "disk I/O error"))
+        #expect(watch.damage == first, "the first damage seen stays, with its time")
+    }
+
+    /// A healthy outbox is read through and found well; so is one with memos still waiting.
+    @Test func aHealthyDatabaseIsFoundWell() throws {
+        let (directory, data) = try Self.dataDirectory(memos: 30, marker: "healthy")
+        _ = directory
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        server.outbox.checkIntegrity()
+        #expect(server.outbox.damage == nil)
+        let health = try Self.health(server)
+        #expect((health["storage"] as? [String: Any])?["state"] as? String == "ok")
+        #expect(health["status"] as? String == "ok")
+    }
+}
+
