@@ -165,6 +165,24 @@ import Testing
         #expect(try Self.send(server, token: revoked).errorCode == "device_revoked")
     }
 
+    /// A request id the server cannot use (too short, too long, not a string) is refused, not ignored: ignored,
+    /// the retry it was meant to make safe would find the link spent. The link stays unspent meanwhile.
+    @Test(arguments: ["\"short\"", "\"\(String(repeating: "x", count: 129))\"", "12345678901234567", "true", "[]", "\"\""])
+    func aRequestIdItCannotUseIsRefusedAndTheLinkStaysUnspent(requestID: String) throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.lanServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let link = try registry.issuePairingToken().token
+        let refused = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                       body: Array("{\"pairing_token\":\"\(link)\",\"request_id\":\(requestID)}".utf8))
+        #expect(refused.status == 400 && refused.errorCode == "invalid_request_id", "\(refused.text)")
+        // null is no request id at all; the link was not spent by the refusal.
+        let paired = try server.route("POST", "/pair", headers: [("Content-Type", "application/json")],
+                                      body: Array("{\"pairing_token\":\"\(link)\",\"request_id\":null}".utf8))
+        #expect(paired.status == 201, "\(paired.text)")
+    }
+
     @Test("A paired phone that opens a link again stays the device it is, and leaves the link to another phone")
     func aPairedPhoneKeepsItsDevice() throws {
         let directory = TemporaryDirectory()

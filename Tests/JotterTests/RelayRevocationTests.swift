@@ -83,4 +83,29 @@ import Testing
             ((try? relay.mails(to: "me@example.com")) ?? []).contains { RelayServer.sameBody($0.message["body"], "sent before the revocation") }
         }, "message \(id) is delivered")
     }
+
+    /// Registering again with a revoked device's secret (a client that kept it, or a retry after the
+    /// revocation) is told the secret is spent, the same way every time: it was a 503 with Retry-After,
+    /// forever. It costs no registration, and a new secret registers.
+    @Test(arguments: RelayStoreKind.available)
+    func aRevokedSecretCannotRegisterAgainAndCostsNoRegistration(store kind: RelayStoreKind) throws {
+        let store = try RelayTestStore(kind)
+        let directory = TemporaryDirectory()
+        let relay = try store.relay(in: directory, scheduler: ManualScheduler()) { $0.limits.registrationsPerIPHour = 2 }
+        defer {
+            relay.stop()
+            store.release()
+        }
+        let device = try relay.register()
+        #expect(try relay.json("DELETE", "/v1/devices/me", secret: device.secret).status == 204)
+        for _ in 0..<3 {
+            let again = try relay.json("POST", "/v1/devices", ["secret": device.secret])
+            #expect(again.status == 409 && again.errorCode == "secret_revoked", "\(again.text)")
+            #expect(again.header("Retry-After") == nil)
+        }
+        #expect(try relay.json("GET", "/v1/destinations", secret: device.secret).status == 401, "still revoked")
+        let fresh = try relay.json("POST", "/v1/devices", ["secret": try RelayKeys.newSecret(prefix: "jrs_")])
+        #expect(fresh.status == 201, "the second of two registrations an hour: \(fresh.text)")
+        #expect(try relay.json("POST", "/v1/devices", [:]).errorCode == "rate_limited", "and a third is one too many")
+    }
 }

@@ -92,7 +92,7 @@ enum RequestFraming {
 
     static func tooLarge(_ limit: Int) -> HTTPResponse {
         Router.finish(.error(413, code: "too_large",
-                             message: "The memo is larger than the server accepts (\(limit) bytes)."))
+                             message: "The request body is larger than the server accepts (\(limit) bytes)."))
     }
 
     /// RFC 9110 `token`: what a header name must be.

@@ -111,6 +111,16 @@ public final class PostgresRelayStore: RelayStore {
         return found.text(0)
     }
 
+    public func isRevoked(secretHash: [UInt8]) throws -> Bool {
+        let found = try pool.with { connection in
+            try connection.execute(
+                "SELECT secret_hash FROM relay_devices WHERE secret_hash = $1 AND revoked_at IS NOT NULL",
+                [.bytes(secretHash)]
+            ).first
+        }
+        return found?.bytes(0).map { HMAC.constantTimeEquals($0, secretHash) } ?? false
+    }
+
     // MARK: Destinations and codes
 
     public func issueCode(_ issue: CodeIssue) throws -> CodeIssueOutcome {

@@ -117,6 +117,9 @@ struct RelayRoutes: Sendable {
                 return .error(403, code: "invite_invalid", message: "This invite is not valid (used, expired or unknown).")
             case .limited(let states):
                 return Self.limited(states, code: "rate_limited", message: "Too many registrations; try again later.")
+            case .secretRevoked:
+                return .error(409, code: "secret_revoked",
+                              message: "This secret belonged to a device that was revoked; register with a new secret.")
             }
         }
     }

@@ -15,6 +15,8 @@ public final class RelayService: Sendable {
         case inviteInvalid
         /// Too many registrations from this address.
         case limited([LimitState])
+        /// The proposed secret was a device's that is revoked: it is spent for good, a new one is needed.
+        case secretRevoked
     }
 
     /// What a code request led to.
@@ -112,8 +114,11 @@ public final class RelayService: Sendable {
     /// limit charged — so a client whose first answer was lost gets its device, not "invite already used".
     public func register(invite: String?, client: String, secret proposed: String? = nil) throws -> Registration {
         let now = clock.nowMilliseconds()
-        if let proposed, let existing = try store.device(secretHash: keys.secretHash(proposed, kind: "device")) {
-            return .registered(deviceID: existing, secret: proposed)
+        if let proposed {
+            let hash = keys.secretHash(proposed, kind: "device")
+            if let existing = try store.device(secretHash: hash) { return .registered(deviceID: existing, secret: proposed) }
+            // Before anything is charged: the same answer however often it is asked (it was a 503, forever).
+            if try store.isRevoked(secretHash: hash) { return .secretRevoked }
         }
         let inviteHash: [UInt8]?
         switch configuration.registration {

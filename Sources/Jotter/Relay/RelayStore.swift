@@ -19,6 +19,9 @@ public protocol RelayStore: Sendable {
     /// The active device whose secret hashes to `secretHash` (compared in constant time), if any.
     func device(secretHash: [UInt8]) throws -> String?
 
+    /// True when a device had this secret (its keyed hash) and was revoked: the secret is spent for good.
+    func isRevoked(secretHash: [UInt8]) throws -> Bool
+
     /// Checks every limit that applies to a code request (per-IP charges, the address's cooldown and
     /// hourly and daily caps) and, only if all allow it, spends them and stores the code, replacing
     /// the device's earlier code for that address, and the destination as pending (unless verified).

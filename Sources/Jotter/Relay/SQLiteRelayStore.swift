@@ -55,6 +55,15 @@ public struct SQLiteRelayStore: RelayStore {
         return found.id
     }
 
+    public func isRevoked(secretHash: [UInt8]) throws -> Bool {
+        let stored = try database.read { database in
+            try database.statement(
+                "SELECT secret_hash FROM relay_devices WHERE secret_hash = ? AND revoked_at IS NOT NULL"
+            ).firstRow([.blob(secretHash)]) { $0.blob(0) ?? [] }
+        }
+        return stored.map { HMAC.constantTimeEquals($0, secretHash) } ?? false
+    }
+
     // MARK: Destinations and codes
 
     public func issueCode(_ issue: CodeIssue) throws -> CodeIssueOutcome {

@@ -78,6 +78,12 @@ struct PairRoute: Sendable {
         guard let body = try? JSONValue.parse(request.body), let pairingToken = body["pairing_token"]?.string else {
             return .error(400, code: "invalid_pairing", message: "Send {\"pairing_token\": \"…\"}.")
         }
+        // A request id makes a retry safe (the answer to the first was lost): one it cannot use is refused,
+        // not ignored, or that retry would find the link spent.
+        let requestID = body["request_id"].flatMap { $0 == .null ? nil : $0 }
+        if let requestID, !(requestID.string.map { (16...128).contains($0.utf8.count) } ?? false) {
+            return .error(400, code: "invalid_request_id", message: "request_id must be a string of 16-128 characters.")
+        }
         // The link opened on the computer itself (the one printed at start, clicked in the terminal):
         // this computer needs no pairing, and spending the link would leave the phone with a used one.
         if policy.trustsLoopback && policy.isThisMachine(request.remoteAddress) {
@@ -103,7 +109,7 @@ struct PairRoute: Sendable {
         let given = body["name"]?.string.map { SubjectLine.sanitized($0) } ?? ""
         let name = given.isEmpty ? DeviceName.from(request.headers) : given
         do {
-            switch try devices.pair(pairingToken: pairingToken, deviceName: name, request: body["request_id"]?.string) {
+            switch try devices.pair(pairingToken: pairingToken, deviceName: name, request: requestID?.string) {
             case .paired(let device, let token):
                 var json = JSONWriter()
                 json.object {
