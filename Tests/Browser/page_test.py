@@ -422,6 +422,19 @@ def scenario_relay(page, url, result):
         "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
 
 
+def scenario_damaged(page, url, result):
+    """The server's database has a damaged page (the caller damaged it before starting the server): the
+    page opens, and its status line says so."""
+    load(page, url)
+    try:
+        page.wait_for("!document.getElementById('relay').hidden", timeout=20)
+    except cdp.CDPError:
+        pass
+    result["relay"] = page.evaluate(
+        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
+        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+
+
 def scenario_relay_pending(page, url, result):
     """A Jotter relay has the memo and has not delivered it yet (the caller's server reports every
     attempt as relay_pending): send a memo, open History, wait for the entry's reason."""
@@ -1033,6 +1046,7 @@ SCENARIOS = {
     "privacy": scenario_privacy,
     "nojs": scenario_nojs,
     "relay": scenario_relay,
+    "damaged": scenario_damaged,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,
     "undo": scenario_undo,

@@ -258,6 +258,23 @@ struct BrowserTests {
         #expect(transport.messages.count == 1)
     }
 
+    @Test("A damaged page in the server's database shows on the page, which still opens ready to write")
+    func aDamagedDatabaseShowsOnThePage() throws {
+        let (directory, data) = try DamagedPagesTests.dataDirectory(memos: 120, marker: "browser")
+        _ = directory
+        try DamagedPagesTests.damageAMessagesPage(in: data)
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        // The page asks /healthz once, at load: the check at start must have spoken by then.
+        #expect(server.waitUntil(timeout: 60) { server.outbox.damage != nil })
+
+        let seen = try Self.drive("damaged", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["relay"]["hidden"].bool == false, "no status line: \(seen["relay"])")
+        #expect(seen["relay"]["visible"].bool == true)
+        #expect(seen["relay"]["text"].string == (try Self.translations("en"))["storage_damaged"])
+    }
+
     @Test("A memo a Jotter relay has taken but not delivered shows in History as on its way, and why")
     func aMemoAtTheRelayShowsAsOnItsWay() throws {
         let directory = TemporaryDirectory()

@@ -8,7 +8,7 @@ import Testing
 /// one log line saying what to do and naming no memo — because memos in such a page may never go.
 @Suite struct DamagedPagesTests {
     /// A stopped data directory whose outbox holds `count` delivered memos, each with `marker` in its text.
-    private static func dataDirectory(memos count: Int, marker: String) throws -> (TemporaryDirectory, String) {
+    static func dataDirectory(memos count: Int, marker: String) throws -> (TemporaryDirectory, String) {
         let directory = TemporaryDirectory()
         let data = directory.file("data")
         let server = try TestServer(dataDirectory: data)
@@ -23,7 +23,7 @@ import Testing
 
     /// Overwrites one leaf page of the `messages` table (found with SQLite's `dbstat`) with bytes that
     /// are no b-tree page. The server is stopped, so the page is in the file, not the WAL.
-    private static func damageAMessagesPage(in data: String) throws {
+    static func damageAMessagesPage(in data: String) throws {
         let path = data + "/jotter.db"
         let (page, size) = try {
             let database = try Database(path: path)
