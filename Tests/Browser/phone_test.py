@@ -474,6 +474,26 @@ def scenario_code(tabs, args, result):
     result["send_requests"] = statuses(requests_to(page, "POST", "/send"))
 
 
+def scenario_paste(tabs, args, result):
+    """An app on the home screen, and the whole link pasted into the code field (copied on the computer,
+    sent to the phone): it pairs, as the link's token, and the memo that waited goes."""
+    page = tabs.open("phone")
+    open_page(page, lang_url(args))
+    memo = memo_text("before the pasted link")
+    result["memo"] = memo
+    type_and_tap_send(page, memo)
+    result["not_paired"] = wait_state(page, "not_paired")
+    link = ask("pairing-link")
+    page.evaluate("(i => (i.value = '', i.focus()))(document.getElementById('pc-i'))")
+    page.send("Input.insertText", {"text": " " + link + "\n"})
+    tap(page, "#pc-b")
+    result["paired"] = wait_state(page, "paired")
+    result["delivered_in"] = wait_outbox_empty(page)
+    time.sleep(0.5)  # a second POST of the memo would show up
+    result["pair_requests"] = statuses(requests_to(page, "POST", "/pair"))
+    result["send_requests"] = statuses(requests_to(page, "POST", "/send"))
+
+
 def scenario_revoked(tabs, args, result):
     token = ask("pairing-token")
     page = tabs.open("phone")
@@ -488,6 +508,12 @@ def scenario_revoked(tabs, args, result):
     time.sleep(2)  # a retry would show up
     result["revoked_later"] = state(page)
     result["sends_while_revoked"] = statuses(requests_to(page, "POST", "/send"))
+    # Told to pair again, the person types a code, wrongly: that is what the page must say, and keep
+    # saying (it was replaced at once by "this phone was unpaired").
+    type_code(page, "ZZZZ-ZZZZ\n")
+    result["revoked_wrong"] = wait_state(page, "code_invalid")
+    time.sleep(2)  # the check after the attempt would have replaced it by now
+    result["revoked_wrong_later"] = state(page)
 
     again = ask("pairing-token")
     page.evaluate("window.__sameDocument = 1")
@@ -667,6 +693,7 @@ SCENARIOS = {
     "local": scenario_local,
     "draft": scenario_draft,
     "code": scenario_code,
+    "paste": scenario_paste,
 }
 
 if __name__ == "__main__":

@@ -234,6 +234,24 @@ struct PhoneBrowserTests {
         try Self.expectDelivered(server, bodies: [try #require(seen["memo"].string)])
     }
 
+    @Test("The whole link pasted into the code field pairs the phone (an app on the home screen opens no link)")
+    func aPastedLinkPairsThePhone() throws {
+        let directory = TemporaryDirectory()
+        let server = try Self.phoneServer(directory)
+        defer { server.stop() }
+        let registry = try #require(server.application.devices)
+        let seen = try Self.drive("paste", server: server) { step in
+            #expect(step == "pairing-link")
+            return "http://192.0.2.10:\(server.port)/#pair=" + (try registry.issuePairingToken().token)
+        }
+        BrowserTests.expectClean(seen, allowing: Self.refusals(["/send": [401], "/history": [401]]))
+        #expect(seen["pair_requests"].array.map(\.int) == [201], "POST /pair: \(seen["pair_requests"])")
+        #expect(seen["paired"]["state"]["code"].string == "paired", "\(seen["paired"])")
+        #expect(seen["delivered_in"].double != nil, "the memo never left the page")
+        #expect(seen["send_requests"].array.map(\.int) == [204], "POST /send: \(seen["send_requests"])")
+        try Self.expectDelivered(server, bodies: [try #require(seen["memo"].string)])
+    }
+
     @Test("Revoked: says so, keeps its memos without retrying; paired again in the same tab, sends each once")
     func revokedPhoneSaysSoThenPairsAgain() throws {
         let directory = TemporaryDirectory()
@@ -256,7 +274,7 @@ struct PhoneBrowserTests {
                 return "ok"
             }
         }
-        BrowserTests.expectClean(seen, allowing: Self.refusals(["/send": [401]]))
+        BrowserTests.expectClean(seen, allowing: Self.refusals(["/send": [401], "/pair": [401]]))
         let memos = seen["memos"].array.compactMap(\.string)
         #expect(memos.count == 2)
         #expect(seen["paired"]["state"]["code"].string == "paired", "never paired: \(seen["paired"]["state"])")
@@ -269,6 +287,11 @@ struct PhoneBrowserTests {
         // The first memo's 401 said it; the second memo waits without trying.
         #expect(seen["sends_while_revoked"].array.map(\.int) == [401],
                 "POST /send while revoked: \(seen["sends_while_revoked"])")
+        // A wrong code typed to pair again says so, and goes on saying so.
+        #expect(seen["revoked_wrong"]["state"]["code"].string == "code_invalid", "\(seen["revoked_wrong"])")
+        #expect(seen["revoked_wrong_later"]["state"]["code"].string == "code_invalid"
+                && seen["revoked_wrong_later"]["state"]["text"].string == text["state_code_invalid"],
+                "replaced: \(seen["revoked_wrong_later"]["state"])")
 
         let seconds = try #require(seen["seconds_to_delivered"].double, "the memo never left the page")
         #expect(seconds < 5, "delivered \(seconds) s after the new link was opened")
