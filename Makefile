@@ -15,7 +15,7 @@ RUN_PACKAGES = pkg-config libmicrohttpd-dev libsqlite3-dev libssl-dev libcurl4-o
 # (Marionette), WebKitGTK's WebKitWebDriver (it brings MiniBrowser) and a private X server for it;
 # systemd for systemd-analyze (the service unit is verified, not run); PostgreSQL for the relay's shared
 # store (each test starts a throwaway cluster with initdb).
-TEST_PACKAGES = python3 python3-aiosmtpd chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd postgresql iproute2 cmark
+TEST_PACKAGES = python3 python3-aiosmtpd python3-yaml chromium openssl curl esbuild zbar-tools librsvg2-bin notmuch fonts-ipafont-gothic firefox-esr webkit2gtk-driver xvfb xauth systemd postgresql iproute2 cmark
 # The benchmarks compare against nginx and drive load with wrk; bench/relay also needs PostgreSQL (postgres-deps).
 BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 
