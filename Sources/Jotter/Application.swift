@@ -116,6 +116,7 @@ public final class Application: Sendable {
             }
             let addresses = configuration.lanAddresses ?? addressSource?() ?? []
             var trustAnchor: TrustAnchor?
+            var unnamed: [String] = []
             if !configuration.insecureHTTP {
                 // The bare host name is not asked for: the CA may vouch only for localhost and .local names.
                 // Names given with --allowed-host are asked for too (a phone opening https://mybox.local must
@@ -127,6 +128,7 @@ public final class Application: Sendable {
                 let tls = try Self.loadTLS(request, addresses: addresses, clock: clock, logger: logger)
                 http.tls = (tls.certificate.privateKeyPEM, tls.chainPEM)
                 trustAnchor = tls.trustAnchor
+                unnamed = tls.certificate.omitted.filter(addresses.contains)
                 lanRefresh.withLock { $0.servedCertificate = tls.certificate.fingerprint }
             }
             let registry = try DeviceRegistry(outbox: outbox, clock: clock, linkLifetime: configuration.pairingLinkMilliseconds,
@@ -135,7 +137,7 @@ public final class Application: Sendable {
             let issued = try registry.issuePairingToken()
             lanInfo = LANInfo(addresses: addresses, scheme: configuration.insecureHTTP ? "http" : "https",
                               fingerprint: trustAnchor?.fingerprint, trustAnchor: trustAnchor,
-                              pairingToken: issued.token, pairingCode: issued.code)
+                              pairingToken: issued.token, pairingCode: issued.code, unnamed: unnamed)
         }
         let policy = RequestPolicy(configuredHosts: configuration.allowedHosts + machineNames, boundAddresses: lanInfo?.addresses ?? [],
                                    scheme: http.tls == nil ? "http" : "https", devices: devices,
@@ -232,11 +234,13 @@ public final class Application: Sendable {
             let changed = addresses != lanState.current.addresses
             guard changed || refresh.certificatePending else { return false }
             var trustAnchor = lanState.current.trustAnchor
+            var unnamed = lanState.current.unnamed
             if let certificateRequest {
                 do {
                     let tls = try Self.loadTLS(certificateRequest, addresses: addresses, clock: clock, logger: logger,
                                                atStart: false)
                     trustAnchor = tls.trustAnchor
+                    unnamed = tls.certificate.omitted.filter(addresses.contains)
                     // Whatever is on disk now, if it is not what is served (a swap that failed last time, too).
                     if tls.certificate.fingerprint == refresh.servedCertificate {
                         refresh.certificatePending = false
@@ -257,6 +261,7 @@ public final class Application: Sendable {
             policy.setBoundAddresses(addresses)
             lanState.update {
                 $0.addresses = addresses
+                $0.unnamed = unnamed
                 $0.trustAnchor = trustAnchor
                 $0.fingerprint = trustAnchor?.fingerprint ?? $0.fingerprint
             }

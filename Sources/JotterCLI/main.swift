@@ -166,7 +166,7 @@ case .serve(var configuration):
     }
     print("Delivering to \(application.destination)")
     if let lan = application.lanInfo {
-        print(LANBanner.text(lan))
+        print(LANBanner.text(lan, host: configuration.http.host))
         application.setOnLANChange { lan in
             print(LANBanner.changedText(lan))
             fflush(nil)

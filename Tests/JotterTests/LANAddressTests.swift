@@ -42,6 +42,46 @@ struct LANAddressTests {
         response.json as? [String: Any] ?? [:]
     }
 
+    /// A public address (or a VPN's 100.64/10) is one the local CA may not vouch for: the certificate leaves it
+    /// out, so a phone opening it would be refused by its browser. No pairing link, `lan.json` or banner
+    /// names it; before, the second link printed at start was one that could never work.
+    @Test("An address the certificate cannot name is in no pairing link; with only such addresses, the banner says why")
+    func addressesTheCertificateCannotNameAreInNoLink() throws {
+        let directory = TemporaryDirectory()
+        let interfaces = TestInterfaces(["10.20.30.40", "198.51.100.7"])
+        let server = try Self.server(directory, interfaces)
+        defer { server.stop() }
+        let lan = try #require(server.application.lanInfo)
+        #expect(lan.addresses == ["10.20.30.40", "198.51.100.7"], "both still pass the Host check")
+        #expect(lan.unnamed == ["198.51.100.7"])
+        #expect(lan.pairingURLs.count == 1 && lan.pairingURLs.allSatisfy { $0.hasPrefix("https://10.20.30.40:") }, "\(lan.pairingURLs)")
+        let link = Self.object(try server.route("POST", "/pair/link"))
+        #expect((link["urls"] as? [String])?.count == 1, "\(link)")
+        let file = try String(contentsOfFile: server.dataDirectory + "/lan.json", encoding: .utf8)
+        #expect(file.contains("10.20.30.40") && !file.contains("198.51.100.7"), "\(file)")
+        #expect(try Self.get(server, "/healthz", as: "10.20.30.40") == 200)
+        #expect(try Self.get(server, "/healthz", as: "198.51.100.7") == nil, "as the link would have failed")
+
+        // The machine moves to a network with only a public address: no link, and the banner says why.
+        interfaces.set(["198.51.100.7"])
+        #expect(server.application.refreshLANAddresses())
+        let moved = try #require(server.application.lanInfo)
+        #expect(moved.pairingURLs.isEmpty)
+        let banner = LANBanner.text(moved, host: "0.0.0.0")
+        #expect(banner.contains("No LAN address a phone can open over HTTPS") && banner.contains("198.51.100.7"), "\(banner)")
+        #expect(LANBanner.changedText(moved).contains("no LAN address now"))
+    }
+
+    @Test("--lan with a loopback --host: the banner says phones cannot reach it, not 'is this machine on a network?'")
+    func aLoopbackHostIsNamedAsTheReason() throws {
+        let lan = LANInfo(addresses: [], scheme: "https", fingerprint: "AB:CD", pairingToken: "token")
+        for host in ["127.0.0.1", "localhost", "::1"] {
+            let banner = LANBanner.text(lan, host: host)
+            #expect(banner.contains("--host \(host) answers this computer only") && !banner.contains("on a network?"), "\(banner)")
+        }
+        #expect(LANBanner.text(lan, host: "0.0.0.0").contains("No LAN address found: is this machine on a network?"))
+    }
+
     @Test("A network that comes up after start is followed without a restart")
     func aNetworkThatComesUpLaterIsFollowed() throws {
         let directory = TemporaryDirectory()

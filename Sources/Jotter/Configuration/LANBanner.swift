@@ -11,21 +11,22 @@ public enum LANBanner {
             return [listening, "Only this computer is answered: other devices need --lan (a paired device token)."]
         }
         let local = "\(scheme)://127.0.0.1:\(port)"
-        guard let address = lan.addresses.first else { return ["Listening on \(local)"] }
+        guard let address = lan.reachable.first else { return ["Listening on \(local)"] }
         return ["Listening on \(scheme)://\(LANInfo.hostPart(address)):\(port)", "On this computer: \(local)"]
     }
 
     /// What main prints when the machine's LAN addresses change while it serves.
     public static func changedText(_ lan: LANInfo) -> String {
-        guard let address = lan.addresses.first else {
+        guard let address = lan.reachable.first else {
             return "The network changed: no LAN address now; phones reach Jotter again once this computer is on a network."
         }
         return "The network changed: phones now reach Jotter at \(lan.scheme)://\(LANInfo.hostPart(address)):\(lan.port)\n"
             + "(a phone not paired yet: 'jotter pair', or \"Pair a phone\" on this computer's Jotter page, gives a link and a code)"
     }
 
-    /// The text main prints after the `Listening on` line.
-    public static func text(_ lan: LANInfo) -> String {
+    /// The text main prints after the `Listening on` line; `host`, what `--host` bound (it may be why no
+    /// phone can reach this server).
+    public static func text(_ lan: LANInfo, host: String? = nil) -> String {
         var lines: [String] = []
         if let fingerprint = lan.fingerprint {
             lines.append("Local CA SHA-256 fingerprint: \(fingerprint)")
@@ -35,7 +36,16 @@ public enum LANBanner {
             lines.append("WARNING: plain HTTP on the LAN (--insecure-http): anyone on this network can read memos.")
         }
         guard let url = lan.pairingURLs.first else {
-            lines.append("No LAN address found: is this machine on a network?")
+            if let host, Loopback.contains(host: host) {
+                lines.append("--host \(host) answers this computer only: phones cannot reach it. Use --host 0.0.0.0 "
+                    + "(every interface) or this computer's LAN address.")
+            } else if !lan.unnamed.isEmpty {
+                lines.append("No LAN address a phone can open over HTTPS: the local CA vouches only for private "
+                    + "addresses (10/8, 172.16/12, 192.168/16), and this computer has " + lan.unnamed.joined(separator: ", ")
+                    + ". Join a private network, or use --insecure-http on a network you trust.")
+            } else {
+                lines.append("No LAN address found: is this machine on a network?")
+            }
             return lines.joined(separator: "\n")
         }
         lines.append("Pair a phone within 10 minutes (the link works once; 'jotter pair' prints another): open")

@@ -21,7 +21,7 @@ enum LANRuntimeFile {
             object.field("scheme", lan.scheme)
             object.field("port", Int64(lan.port))
             object.key("addresses")
-            object.array { array in lan.addresses.forEach { array.value($0) } }
+            object.array { array in lan.reachable.forEach { array.value($0) } }
             if let fingerprint = lan.fingerprint { object.field("fingerprint", fingerprint) }
         }
         return json.bytes

@@ -27,13 +27,20 @@ public struct LANInfo: Sendable {
     public var pairingCode: String?
     /// The bound port.
     public var port = 0
+    /// Addresses the HTTPS certificate does not name, because the local CA may not vouch for them (a
+    /// public address, a VPN's 100.64/10): a phone opening one would be refused by its browser, so no
+    /// link names them. They still pass the `Host` check.
+    public var unnamed: [String] = []
+
+    /// The addresses a phone can open: every LAN address the certificate names (all of them over HTTP).
+    public var reachable: [String] { addresses.filter { !unnamed.contains($0) } }
 
     /// `https://ADDRESS:PORT/#pair=TOKEN` for each address: the fragment never reaches a server log.
     public var pairingURLs: [String] { links(token: pairingToken) }
 
-    /// The pairing links for `token`, one per LAN address.
+    /// The pairing links for `token`, one per address a phone can open.
     public func links(token: String) -> [String] {
-        addresses.map { "\(scheme)://\(Self.hostPart($0)):\(port)/#pair=\(token)" }
+        reachable.map { "\(scheme)://\(Self.hostPart($0)):\(port)/#pair=\(token)" }
     }
 
     /// `[v6]` in brackets, anything else as it is.
