@@ -470,6 +470,13 @@ import Testing
         let stopped = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
         #expect(stopped.status == 1)
         #expect(stopped.standardError.contains("no Jotter server in LAN mode is running"))
+        // A server without --lan on the same directory: 'start one with --lan' would be refused as in use.
+        let plain = try TestServer(dataDirectory: data)
+        let notLAN = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", data])
+        plain.stop()
+        #expect(notLAN.status == 1)
+        #expect(notLAN.standardError.contains("is not in LAN mode: stop it and start it again with 'jotter serve --lan'"),
+                "\(notLAN.standardError)")
         let nowhere = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", directory.file("typo")])
         #expect(nowhere.status == 1)
         #expect(!FileManager.default.fileExists(atPath: directory.file("typo")), "nothing created for a typo")

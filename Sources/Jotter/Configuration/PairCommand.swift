@@ -2,11 +2,16 @@
 public enum PairCommand {
     /// Issues a link; returns the text to print. Fails when no LAN-mode server uses `dataDirectory`.
     public static func run(dataDirectory: String, credentialsDirectory: String? = nil) throws -> String {
-        guard DataDirectory.isInUse(path: dataDirectory),
-              LANRuntimeFile.read(dataDirectory: dataDirectory, token: "") != nil else {
+        guard DataDirectory.isInUse(path: dataDirectory) else {
             throw CommandLineOptions.UsageError(
                 description: "no Jotter server in LAN mode is running on \(dataDirectory): "
                     + "start one with 'jotter serve --lan' (same --data-dir)")
+        }
+        // A server runs there, without --lan: starting another, as the message above says, is refused.
+        guard LANRuntimeFile.read(dataDirectory: dataDirectory, token: "") != nil else {
+            throw CommandLineOptions.UsageError(
+                description: "the Jotter server running on \(dataDirectory) is not in LAN mode: stop it and start "
+                    + "it again with 'jotter serve --lan' (same --data-dir)")
         }
         let token = try DevicesCommand.withRegistry(dataDirectory: dataDirectory,
                                                     credentialsDirectory: credentialsDirectory) { registry in
