@@ -166,7 +166,8 @@ case .serve(var configuration):
     }
     print("Delivering to \(application.destination)")
     if let lan = application.lanInfo {
-        print(LANBanner.text(lan, host: configuration.http.host))
+        print(LANBanner.text(lan, host: configuration.http.host,
+                             showsPairing: !ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)))
         application.setOnLANChange { lan in
             print(LANBanner.changedText(lan))
             fflush(nil)

@@ -517,6 +517,34 @@ import Testing
         #expect(LANBanner.listeningLines(host: "::1", port: 80, lan: nil) == ["Listening on http://[::1]:80"])
     }
 
+    /// Under systemd the output is the journal, which keeps it: the live link and its code are not written
+    /// there (they were, on every restart), only where to get them.
+    @Test func aBannerForTheJournalHoldsNoLinkOrCode() throws {
+        var lan = LANInfo(addresses: ["192.168.1.20"], scheme: "https", fingerprint: "AB:CD",
+                          pairingToken: "live-token-0123456789", pairingCode: "K7Q2-M9XD")
+        lan.port = 7373
+        let terminal = LANBanner.text(lan, host: "0.0.0.0")
+        #expect(terminal.contains("#pair=live-token-0123456789") && terminal.contains("K7Q2-M9XD"))
+        let journal = LANBanner.text(lan, host: "0.0.0.0", showsPairing: false)
+        #expect(!journal.contains("live-token") && !journal.contains("K7Q2-M9XD") && !journal.contains("#pair="), "\(journal)")
+        #expect(journal.contains("'jotter pair' prints a link and a code") && journal.contains("AB:CD"))
+
+        // The journal is told apart by JOURNAL_STREAM naming the very stream (device and inode) of stdout.
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        var info = stat()
+        #expect(fstat(ends[1], &info) == 0)
+        let stream = "\(info.st_dev):\(info.st_ino)"
+        #expect(ProcessEnvironment.writesToJournal(descriptor: ends[1], environment: ["JOURNAL_STREAM": stream]))
+        #expect(!ProcessEnvironment.writesToJournal(descriptor: ends[1], environment: [:]))
+        #expect(!ProcessEnvironment.writesToJournal(descriptor: ends[1], environment: ["JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino + 1)"]),
+                "another stream: output redirected away from the journal")
+        for garbage in ["", ":", "12", "a:b", "1:2:3"] {
+            #expect(!ProcessEnvironment.writesToJournal(descriptor: ends[1], environment: ["JOURNAL_STREAM": garbage]))
+        }
+    }
+
     /// Without `--lan` a non-loopback `--host` still answers only this machine (HostAndOriginTests), and says so.
     @Test func withoutLANModeAnOpenInterfaceSaysWhoIsAnswered() {
         #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: nil)

@@ -25,8 +25,9 @@ public enum LANBanner {
     }
 
     /// The text main prints after the `Listening on` line; `host`, what `--host` bound (it may be why no
-    /// phone can reach this server).
-    public static func text(_ lan: LANInfo, host: String? = nil) -> String {
+    /// phone can reach this server). Without `showsPairing` (the output is a log: systemd's journal) the
+    /// live link and its code are not written, only where to get them: a log keeps what a terminal forgets.
+    public static func text(_ lan: LANInfo, host: String? = nil, showsPairing: Bool = true) -> String {
         var lines: [String] = []
         if let fingerprint = lan.fingerprint {
             lines.append("Local CA SHA-256 fingerprint: \(fingerprint)")
@@ -46,6 +47,11 @@ public enum LANBanner {
             } else {
                 lines.append("No LAN address found: is this machine on a network?")
             }
+            return lines.joined(separator: "\n")
+        }
+        guard showsPairing else {
+            lines.append("Pair a phone: 'jotter pair' prints a link and a code (not written here: this output is kept "
+                + "in a log), or use \"Pair a phone\" on this computer's Jotter page.")
             return lines.joined(separator: "\n")
         }
         lines.append("Pair a phone within 10 minutes (the link works once; 'jotter pair' prints another): open")

@@ -18,4 +18,16 @@ public enum ProcessEnvironment {
         }
         return variables
     }
+
+    /// True when `descriptor` is systemd's journal: `JOURNAL_STREAM` (`DEVICE:INODE`, set by systemd for a
+    /// service whose output goes there) names the very stream the descriptor is. A journal keeps what a
+    /// terminal forgets, so secrets printed for a person (a live pairing link) must not go to it.
+    public static func writesToJournal(descriptor: Int32, environment: [String: String]) -> Bool {
+        guard let stream = environment["JOURNAL_STREAM"] else { return false }
+        let parts = stream.split(separator: ":", omittingEmptySubsequences: false)
+        var info = stat()
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]),
+              fstat(descriptor, &info) == 0 else { return false }
+        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+    }
 }
