@@ -435,6 +435,84 @@ def scenario_damaged(page, url, result):
         " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
 
 
+def scenario_failed(page, url, result):
+    """Every memo fails for good (the caller's server refuses it as too large, and the relay is fine): the
+    page's status line says memos wait in History for Retry. Sent with Ctrl+Enter from the textarea, and
+    then with focus nowhere (the margin clicked): the shortcut works from anywhere on the page."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    send_new_memo(page, result, "Refused for good")
+    page.type_text("And another %s" % secrets.token_hex(4))
+    page.evaluate("document.activeElement.blur()")
+    result["active_before_shortcut"] = page.evaluate("document.activeElement.tagName")
+    page.press_ctrl_enter()
+    try:
+        page.wait_for("document.getElementById('body').value === '' && %s.length === 0" % OUTBOX, timeout=15)
+    except cdp.CDPError:
+        pass
+    result["body_after_shortcut"] = page.evaluate("document.getElementById('body').value")
+    result["send_requests"] = send_requests(page)
+    # The page looks at /healthz a moment after a send; a reload asks at once.
+    load(page, url)
+    try:
+        page.wait_for("!document.getElementById('relay').hidden", timeout=20)
+    except cdp.CDPError:
+        pass
+    result["relay"] = page.evaluate(
+        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
+        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+
+
+def scenario_dialogs(page, url, result):
+    """The server holds 99 memos sent by a script; the page sends the 100th, and the rating prompt shows.
+    Settings opened and closed with Escape leave the prompt alone (Escape was the dialog's); History
+    shows the newest 50, and "Older memos" the rest."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    send_new_memo(page, result, "The hundredth")
+    try:
+        page.wait_for("!document.getElementById('rating').hidden", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["rating_shown"] = page.evaluate("!document.getElementById('rating').hidden")
+    page.click(*page.center_of("#settings-open"))
+    page.wait_for("document.getElementById('settings').open", timeout=10)
+    page.key("Escape", "Escape", 27)
+    page.wait_for("!document.getElementById('settings').open", timeout=10)
+    result["rating_after_escape"] = page.evaluate("!document.getElementById('rating').hidden")
+    result["rating_events"] = [r.get("post_data") for r in page.requests if r["method"] == "POST" and r["url"].endswith("/rating")]
+    open_history(page, "document.querySelectorAll('#history-list li').length >= 50", timeout=15)
+    result["history_first"] = page.evaluate("document.querySelectorAll('#history-list li').length")
+    result["older"] = page.evaluate("(b => ({hidden: b.hidden, text: b.textContent}))(document.getElementById('history-more'))")
+    page.evaluate("document.getElementById('history-more').scrollIntoView({block: 'center'})")
+    page.click(*page.center_of("#history-more"))
+    try:
+        page.wait_for("document.querySelectorAll('#history-list li').length > 50", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["history_then"] = page.evaluate("document.querySelectorAll('#history-list li').length")
+    result["older_then"] = page.evaluate("document.getElementById('history-more').hidden")
+
+
+def scenario_undo_late(page, url, result):
+    """Undo pressed after the server's window closed (a slow network, a computer that slept): the page
+    says it is too late, instead of nothing."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    send_new_memo(page, result, "Too late to take back")
+    page.wait_for("!document.getElementById('undo').hidden", timeout=15)
+    await_caller("close-window", result)
+    page.click(*page.center_of("#undo"))
+    try:
+        page.wait_for("document.getElementById('state').dataset.s === 'undo_late'"
+                      " && document.getElementById('state').textContent !== ''", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["state"] = page.evaluate("(n => ({code: n.dataset.s, text: n.textContent}))(document.getElementById('state'))")
+    result["body"] = page.evaluate("document.getElementById('body').value")
+    result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
 def scenario_relay_pending(page, url, result):
     """A Jotter relay has the memo and has not delivered it yet (the caller's server reports every
     attempt as relay_pending): send a memo, open History, wait for the entry's reason."""
@@ -1047,6 +1125,9 @@ SCENARIOS = {
     "nojs": scenario_nojs,
     "relay": scenario_relay,
     "damaged": scenario_damaged,
+    "failed": scenario_failed,
+    "dialogs": scenario_dialogs,
+    "undo_late": scenario_undo_late,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,
     "undo": scenario_undo,

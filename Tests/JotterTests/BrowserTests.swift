@@ -275,6 +275,63 @@ struct BrowserTests {
         #expect(seen["relay"]["text"].string == (try Self.translations("en"))["storage_damaged"])
     }
 
+    @Test("Memos failed for good are on the page's status line until retried; Ctrl+Enter sends with focus anywhere")
+    func failedMemosShowOnThePage() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.fail(DeliveryFailure(.tooLarge, permanent: true)))
+        let server = try TestServer(dataDirectory: directory.path, transport: transport)
+        defer { server.stop() }
+        let seen = try Self.drive("failed", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["active_before_shortcut"].string == "BODY", "\(seen["active_before_shortcut"])")
+        #expect(seen["body_after_shortcut"].string == "", "the shortcut did nothing with focus outside the form")
+        #expect(seen["send_requests"].array.count == 2, "\(seen["send_requests"])")
+        let strings = try Self.translations("en")
+        let template = try #require(strings["failed_memos"])
+        #expect(seen["relay"]["hidden"].bool == false && seen["relay"]["visible"].bool == true, "\(seen["relay"])")
+        #expect(seen["relay"]["text"].string == template.replacingOccurrences(of: "{n}", with: "2"), "\(seen["relay"])")
+        #expect(try server.outbox.history.counts()[.failed] == 2)
+    }
+
+    @Test("Escape in Settings closes Settings, not the rating prompt too; History shows older memos on request")
+    func dialogsKeepTheirKeysAndHistoryPages() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        for index in 0..<99 {  // a script's memos: they count toward the prompt, which only the page's can show
+            #expect(try server.route("POST", "/", headers: [("Content-Type", "text/plain")],
+                                     body: Array("scripted \(index)".utf8)).status == 204)
+        }
+        let seen = try Self.drive("dialogs", server: server, maildir: false)
+        Self.expectClean(seen)
+        #expect(seen["rating_shown"].bool == true, "the prompt never showed: \(seen)")
+        #expect(seen["rating_after_escape"].bool == true, "Escape in Settings dismissed the rating prompt too")
+        #expect(!seen["rating_events"].array.contains { $0.string?.contains("dismissed") == true }, "\(seen["rating_events"])")
+        #expect(seen["history_first"].int == 50)
+        let older = try Self.translations("en")["older"]
+        #expect(seen["older"]["hidden"].bool == false && seen["older"]["text"].string == older)
+        #expect(seen["history_then"].int == 100, "\(seen["history_then"])")
+        #expect(seen["older_then"].bool == true, "nothing older is left")
+    }
+
+    @Test("Undo pressed after the server's window closed says it is too late")
+    func aLateUndoSaysSo() throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let server = try TestServer(dataDirectory: directory.path, clock: clock) { $0.undoMilliseconds = 30_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo_late", server: server, maildir: false) { step in
+            #expect(step == "close-window")
+            clock.advance(milliseconds: 31_000)
+        }
+        Self.expectClean(seen, allowing: { $0["url"].string?.contains("/history/") == true && $0["text"].string?.contains("409") == true })
+        let strings = try Self.translations("en")
+        #expect(seen["state"]["code"].string == "undo_late", "\(seen["state"])")
+        #expect(seen["state"]["text"].string == strings["state_undo_late"])
+        #expect(seen["body"].string == "", "the text is not put back: the memo goes")
+        #expect(seen["requests_after"].array.count == 1)
+    }
+
     @Test("A memo a Jotter relay has taken but not delivered shows in History as on its way, and why")
     func aMemoAtTheRelayShowsAsOnItsWay() throws {
         let directory = TemporaryDirectory()
