@@ -463,6 +463,27 @@ def scenario_failed(page, url, result):
         " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
 
 
+def scenario_blank(page, url, result):
+    """Memos no one could see (white space, zero-width and other ignorable characters, controls) are not
+    sent: the button shakes and the text stays; one visible character among them is a memo."""
+    load(page, url)
+    page.wait_for("!document.getElementById('foot').hidden", timeout=10)
+    result["blank"] = []
+    for text in ["   \n\t", "\u200b", "\u00a0\u2060\ufeff", "\u0085\u180e\u00ad", "\u200d\u2028"]:
+        page.evaluate("(t => { t.value = %s; t.focus(); })(document.getElementById('body'))" % json.dumps(text))
+        page.press_ctrl_enter()
+        time.sleep(0.3)  # a POST would be on its way
+        result["blank"].append({"kept": page.evaluate("document.getElementById('body').value") == text,
+                                "sends": len(send_requests(page))})
+    page.evaluate("(t => { t.value = '\\u200bx'; t.focus(); })(document.getElementById('body'))")
+    page.press_ctrl_enter()
+    try:
+        page.wait_for(OUTBOX_EMPTY + " && document.getElementById('body').value === ''", timeout=15)
+    except cdp.CDPError:
+        pass
+    result["visible_sends"] = [r.get("status") for r in send_requests(page)]
+
+
 def scenario_dialogs(page, url, result):
     """The server holds 99 memos sent by a script; the page sends the 100th, and the rating prompt shows.
     Settings opened and closed with Escape leave the prompt alone (Escape was the dialog's); History
@@ -850,6 +871,7 @@ class SendGate:
 
     def __init__(self, page, answers):
         self.page, self.answers, self.seen, self.given = page, list(answers), len(page.events), []
+        self.times = []   # when each request reached the gate (monotonic seconds)
         page.send("Fetch.enable", {"patterns": [{"urlPattern": "*/send*", "requestStage": "Request"}]})
 
     def pump(self):
@@ -860,6 +882,7 @@ class SendGate:
             if method != "Fetch.requestPaused":
                 continue
             rid = params["requestId"]
+            self.times.append(time.monotonic())
             answer = self.answers.pop(0) if self.answers else None
             if answer is None:
                 self.page.send("Fetch.continueRequest", {"requestId": rid})
@@ -885,6 +908,17 @@ class SendGate:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+
+
+def scenario_comeback(page, url, result):
+    """The server does not answer five times in a row (stopped for half a minute), then does: the page
+    asks again at least every 10 s, so the memo goes within seconds of its return (it waited up to 60)."""
+    ready(page, url)
+    gate = SendGate(page, ["no answer"] * 5)
+    send_new_memo(page, result, "Written while the server restarts")
+    result["delivered"] = gate.wait(OUTBOX_EMPTY, timeout=90)
+    result["given"] = gate.given
+    result["gaps"] = [round(b - a, 2) for a, b in zip(gate.times, gate.times[1:])]
 
 
 def scenario_two_tabs(page, url, result):
@@ -1127,6 +1161,8 @@ SCENARIOS = {
     "damaged": scenario_damaged,
     "failed": scenario_failed,
     "dialogs": scenario_dialogs,
+    "blank": scenario_blank,
+    "comeback": scenario_comeback,
     "undo_late": scenario_undo_late,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,

@@ -314,6 +314,39 @@ struct BrowserTests {
         #expect(seen["older_then"].bool == true, "nothing older is left")
     }
 
+    @Test("A memo no one could see is not sent (the server would refuse it); one visible character is a memo")
+    func blankMemosStayOnThePage() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("blank", server: server, maildir: false)
+        Self.expectClean(seen)
+        let blank = seen["blank"].array
+        #expect(blank.count == 5)
+        for (index, attempt) in blank.enumerated() {
+            #expect(attempt["kept"].bool == true && attempt["sends"].int == 0, "blank \(index): \(attempt)")
+        }
+        #expect(seen["visible_sends"].array.map(\.int) == [204], "\(seen["visible_sends"])")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
+    @Test("A server back after half a minute gets the memo within seconds: the page asks at least every 10 s")
+    func aServerThatComesBackIsAskedSoon() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path)
+        defer { server.stop() }
+        let seen = try Self.drive("comeback", server: server, maildir: false, timeout: 120)
+        Self.expectClean(seen, allowing: { $0["text"].string?.contains("ERR_CONNECTION_REFUSED") == true })
+        #expect(seen["delivered"].bool == true, "\(seen)")
+        #expect(seen["given"].array.compactMap(\.string) == ["no answer", "no answer", "no answer", "no answer", "no answer", "server"])
+        let gaps = seen["gaps"].array.compactMap(\.double)
+        #expect(gaps.count == 5, "\(gaps)")
+        // 1, 2, 4 and 8 s, then 10 (not 16): each after the previous try has failed, so a loaded machine only
+        // makes a gap longer by the time a try takes, never shorter.
+        #expect(gaps.last.map { $0 >= 9.5 && $0 < 14 } == true, "\(gaps)")
+        #expect(gaps.dropLast().last.map { $0 >= 7.5 } == true, "the backoff still grows: \(gaps)")
+    }
+
     @Test("Undo pressed after the server's window closed says it is too late")
     func aLateUndoSaysSo() throws {
         let directory = TemporaryDirectory()
