@@ -350,7 +350,10 @@ import Testing
         for guess in 0..<11 {
             let wrong = try Self.pair(server, String(format: "ZZZZ-ZZ%02d", guess))
             statuses.append(wrong.status)
-            if wrong.status == 401 { #expect(wrong.errorCode == "pairing_link_invalid") }
+            if wrong.status == 401 {
+                #expect(wrong.errorCode == "pairing_link_invalid")
+                #expect(wrong.errorMessage?.hasPrefix("This pairing code is not valid here") == true, "\(wrong.text)")
+            }
         }
         #expect(statuses.prefix(10).allSatisfy { $0 == 401 } && statuses.last == 429, "\(statuses)")
         // Locked out, the right code waits too: a guesser cannot go on by switching to codes.
@@ -428,9 +431,12 @@ import Testing
             $0.lanAddresses = []
         }
         defer { server.stop() }
+        let live = try server.outbox.database.read { try $0.statement("SELECT count(*) FROM pairing_tokens").firstRow { $0.int64(0) } }
         let printed = try LiveServerTests.JotterBinary.run(["pair", "--data-dir", directory.file("data")])
         #expect(printed.status != 0)
         #expect(printed.standardError.contains("no LAN address"), "\(printed.standardError)")
+        // No link was made that no one would see: it, and its code, would have stayed live for ten minutes.
+        #expect(try server.outbox.database.read { try $0.statement("SELECT count(*) FROM pairing_tokens").firstRow { $0.int64(0) } } == live)
     }
 
     @Test("jotter pair prints a fresh link that the running server accepts; without a server it says so")
@@ -591,7 +597,9 @@ import Testing
             _ = try DevicesCommand.run(dataDirectory: data, action: .rename(id, " \u{200B} "))
         } throws: { "\($0)".contains("something visible") }
         #expect(try DevicesCommand.run(dataDirectory: data, action: .rename(String(id.prefix(8)), "Kitchen")) == "Renamed to Kitchen.")
-        #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(id)).hasPrefix("Revoked."))
+        // Which device a prefix named is said: the name and the id's first eight characters.
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(String(id.prefix(4))))
+                == "Revoked Kitchen (\(id.prefix(8))). That device must pair again.")
         #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(String(id.prefix(8)))).hasPrefix("Already revoked ("))
         #expect(throws: CommandLineOptions.UsageError.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .revoke("")) }
     }

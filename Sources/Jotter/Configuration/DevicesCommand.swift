@@ -24,7 +24,7 @@ public enum DevicesCommand {
                     return "\(device.id)  \(device.name)  paired \(paired)  \(state)"
                 }.joined(separator: "\n")
             case .revoke(let id):
-                guard try registry.revoke(id: id) else {
+                guard let revoked = try registry.revokeDevice(id: id) else {
                     // Said as it is: a device revoked before is not "no device".
                     if let revokedAt = try registry.revokedAt(id: id) {
                         return "Already revoked (\(Timestamp.iso8601(milliseconds: revokedAt)))."
@@ -32,7 +32,7 @@ public enum DevicesCommand {
                     throw CommandLineOptions.UsageError(
                         description: "no single active device matches '\(id.prefix(40))'")
                 }
-                return "Revoked. That device must pair again."
+                return "Revoked \(revoked.name) (\(revoked.id.prefix(8))). That device must pair again."
             case .rename(let id, let name):
                 guard !DeviceRegistry.displayName(name).isEmpty else {
                     throw CommandLineOptions.UsageError(description: "a device's name needs something visible in it")

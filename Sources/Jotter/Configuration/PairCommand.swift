@@ -8,11 +8,13 @@ public enum PairCommand {
                     + "start one with 'jotter serve --lan' (same --data-dir)")
         }
         // A server runs there, without --lan: starting another, as the message above says, is refused.
-        guard LANRuntimeFile.read(dataDirectory: dataDirectory, token: "") != nil else {
+        guard let running = LANRuntimeFile.read(dataDirectory: dataDirectory, token: "") else {
             throw CommandLineOptions.UsageError(
                 description: "the Jotter server running on \(dataDirectory) is not in LAN mode: stop it and start "
                     + "it again with 'jotter serve --lan' (same --data-dir)")
         }
+        // Before a link is made: one no phone could open would still be live, and its code too, unseen.
+        guard !running.pairingURLs.isEmpty else { throw Self.noAddress }
         let token = try DevicesCommand.withRegistry(dataDirectory: dataDirectory,
                                                     credentialsDirectory: credentialsDirectory) { registry in
             try registry.issuePairingToken()
@@ -21,11 +23,12 @@ public enum PairCommand {
             throw CommandLineOptions.UsageError(description: "the server in \(dataDirectory) stopped")
         }
         // No link to print is a failure for a script, not a success with a remark.
-        guard !lan.pairingURLs.isEmpty else {
-            throw CommandLineOptions.UsageError(description: "the server has no LAN address a phone could reach "
-                + "(is this machine on a network? with --host, is it a LAN address?)")
-        }
+        guard !lan.pairingURLs.isEmpty else { throw Self.noAddress }
         lan.pairingCode = token.code
         return LANBanner.text(lan)
     }
+
+    private static let noAddress = CommandLineOptions.UsageError(
+        description: "the server has no LAN address a phone could reach "
+            + "(is this machine on a network? with --host, is it a LAN address?)")
 }

@@ -305,11 +305,18 @@ public final class DeviceRegistry: Sendable {
 
     /// Revokes a device (by id or unique id prefix); false if none matched.
     public func revoke(id: String) throws -> Bool {
+        try revokeDevice(id: id) != nil
+    }
+
+    /// Revokes the one active device `id` (or its unique prefix) names; the device as it is now, revoked, or
+    /// nil if none matched (so a person is told which device a prefix named).
+    public func revokeDevice(id: String) throws -> Device? {
         let now = clock.nowMilliseconds()
         return try database.write { database in
-            guard let match = try uniqueMatch(database, id: id, activeOnly: true) else { return false }
+            guard let match = try uniqueMatch(database, id: id, activeOnly: true) else { return nil }
             try database.run("UPDATE devices SET revoked_at = ? WHERE id = ?", [.integer(now), .text(match)])
-            return true
+            return try database.statement("SELECT id, name, created_at, last_seen_at, revoked_at FROM devices WHERE id = ?")
+                .firstRow([.text(match)]) { Self.device($0) }
         }
     }
 

@@ -133,8 +133,11 @@ struct PairRoute: Sendable {
                               message: "This pairing link has expired (links work for 10 minutes). "
                                 + "Get a new one on the computer.")
             case .unknown:
+                // A typed code is told as one: "link" misleads whoever typed eight characters.
                 return policy.failedAttempt(client: request.remoteAddress, code: "pairing_link_invalid",
-                                            message: "This pairing link is not valid here.")
+                                            message: PairingCode.normalized(pairingToken) != nil
+                                                ? "This pairing code is not valid here: check it, or get a new one on the computer."
+                                                : "This pairing link is not valid here.")
             }
         } catch {
             return .error(503, code: "storage_unavailable", message: "The device could not be stored.")

@@ -25,6 +25,11 @@ enum RawHTTP {
         var errorCode: String? {
             ((json as? [String: Any])?["error"] as? [String: Any])?["code"] as? String
         }
+
+        /// `error.message` of a JSON error body.
+        var errorMessage: String? {
+            ((json as? [String: Any])?["error"] as? [String: Any])?["message"] as? String
+        }
     }
 
     struct Failure: Error, CustomStringConvertible {
