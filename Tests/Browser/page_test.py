@@ -869,10 +869,10 @@ class SendGate:
     a proxy or a stopped server would: each request gets the next of `answers` — (status, content type,
     body), or "no answer" (connection refused) — and once they are used up requests reach the server."""
 
-    def __init__(self, page, answers):
+    def __init__(self, page, answers, pattern="*/send*"):
         self.page, self.answers, self.seen, self.given = page, list(answers), len(page.events), []
         self.times = []   # when each request reached the gate (monotonic seconds)
-        page.send("Fetch.enable", {"patterns": [{"urlPattern": "*/send*", "requestStage": "Request"}]})
+        page.send("Fetch.enable", {"patterns": [{"urlPattern": pattern, "requestStage": "Request"}]})
 
     def pump(self):
         events = self.page.events
@@ -919,6 +919,21 @@ def scenario_comeback(page, url, result):
     result["delivered"] = gate.wait(OUTBOX_EMPTY, timeout=90)
     result["given"] = gate.given
     result["gaps"] = [round(b - a, 2) for a, b in zip(gate.times, gate.times[1:])]
+
+
+def scenario_undo_unreachable(page, url, result):
+    """Undo pressed while the server does not answer (its DELETE and the four tries after it): the text
+    comes back, and the page says the server may still send it."""
+    ready(page, url)
+    memo = send_new_memo(page, result, "Taken back while the server is away")
+    page.wait_for("!document.getElementById('undo').hidden", timeout=15)
+    gate = SendGate(page, ["no answer"] * 5, pattern="*/history/*")
+    page.click(*page.center_of("#undo"))
+    gate.wait("document.getElementById('state').dataset.s === 'undo_unsure'"
+              " && document.getElementById('state').textContent !== ''", timeout=60)
+    result["given"] = gate.given
+    result["state"] = page.evaluate("(n => ({code: n.dataset.s, text: n.textContent}))(document.getElementById('state'))")
+    result["body_has_memo"] = page.evaluate("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo))
 
 
 def scenario_two_tabs(page, url, result):
@@ -1163,6 +1178,7 @@ SCENARIOS = {
     "dialogs": scenario_dialogs,
     "blank": scenario_blank,
     "comeback": scenario_comeback,
+    "undo_unreachable": scenario_undo_unreachable,
     "undo_late": scenario_undo_late,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,

@@ -347,6 +347,21 @@ struct BrowserTests {
         #expect(gaps.dropLast().last.map { $0 >= 7.5 } == true, "the backoff still grows: \(gaps)")
     }
 
+    @Test("Undo the server never answers puts the text back and says the memo may still go")
+    func anUnansweredUndoSaysTheMemoMayStillGo() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path) { $0.undoMilliseconds = 120_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo_unreachable", server: server, maildir: false, timeout: 120)
+        Self.expectClean(seen, allowing: { $0["text"].string?.contains("ERR_CONNECTION_REFUSED") == true })
+        #expect(seen["given"].array.compactMap(\.string) == Array(repeating: "no answer", count: 5), "\(seen["given"])")
+        let strings = try Self.translations("en")
+        #expect(seen["state"]["code"].string == "undo_unsure", "\(seen["state"])")
+        #expect(seen["state"]["text"].string == strings["state_undo_unsure"])
+        #expect(seen["body_has_memo"].bool == true, "the text came back")
+        #expect(try server.outbox.history.counts()[.queued] == 1, "the server still holds it, as the page says")
+    }
+
     @Test("Undo pressed after the server's window closed says it is too late")
     func aLateUndoSaysSo() throws {
         let directory = TemporaryDirectory()
