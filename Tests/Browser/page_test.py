@@ -590,6 +590,11 @@ def send_then_undo(page, memo, result, typed_since=None):
         pass
     result["undo_shown"] = page.evaluate("!document.getElementById('undo').hidden")
     result["undo_label"] = page.evaluate("document.getElementById('undo').textContent")
+    try:   # what a screen reader heard: the memo sent, and that Undo is there
+        page.wait_for("document.getElementById('live').textContent !== ''", timeout=5)
+    except cdp.CDPError:
+        pass
+    result["live_sent"] = page.evaluate("document.getElementById('live').textContent")
     if typed_since:
         page.type_text(typed_since)
     if result["undo_shown"]:
@@ -598,6 +603,12 @@ def send_then_undo(page, memo, result, typed_since=None):
         page.wait_for("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo), timeout=10)
     except cdp.CDPError:
         pass
+    try:
+        page.wait_for("(t => t !== '' && t !== %s)(document.getElementById('live').textContent)"
+                      % json.dumps(result["live_sent"]), timeout=5)
+    except cdp.CDPError:
+        pass
+    result["live_restored"] = page.evaluate("document.getElementById('live').textContent")
     result["after"] = state(page)
     result["requests_after"] = [r for r in page.requests if r["method"] == "DELETE"]
 

@@ -426,9 +426,14 @@ struct BrowserTests {
         Self.expectClean(seen)
         let memo = try #require(seen["memo"].string)
         #expect(seen["undo_shown"].bool == true, "no Undo button")
-        #expect(seen["undo_label"].string == (try Self.translations("en"))["undo"])
+        let strings = try Self.translations("en")
+        #expect(seen["undo_label"].string == strings["undo"])
         #expect(seen["after"]["body"].string == memo, "the text came back")
         #expect(seen["requests_after"].array.first?["status"].int == 200)
+        // A screen reader hears that Undo is there, and that the memo came back (the button and the text
+        // appear in silence).
+        #expect(seen["live_sent"].string == strings["announce_sent_undo"], "\(seen["live_sent"])")
+        #expect(seen["live_restored"].string == strings["announce_restored"], "\(seen["live_restored"])")
         let id = try #require(try server.outbox.history.latest(limit: 1).first?.id)
         #expect(try server.outbox.history.record(id: id)?.status == .cancelled)
         #expect(transport.messages.isEmpty, "never handed to the relay")
