@@ -405,18 +405,23 @@ def scenario_rtl(page, url, result):
       })()""")
 
 
+def status_line(page, timeout):
+    """Waits (up to `timeout` s) for the page's status line (#relay) to show; what it shows."""
+    try:
+        page.wait_for("!document.getElementById('relay').hidden", timeout=timeout)
+    except cdp.CDPError:
+        pass
+    return page.evaluate(
+        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
+        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+
+
 def scenario_relay(page, url, result):
     """The relay refuses (the caller's server fails every delivery as auth): send a memo, wait for the
     page's relay line, then open History."""
     load(page, url)
     send_new_memo(page, result, "Written while the mail server refuses")
-    try:
-        page.wait_for("!document.getElementById('relay').hidden", timeout=15)
-    except cdp.CDPError:
-        pass
-    result["relay"] = page.evaluate(
-        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
-        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+    result["relay"] = status_line(page, timeout=15)
     open_history(page, "document.querySelectorAll('#history-list li').length > 0", timeout=10)
     result["history"] = page.evaluate(
         "[...document.querySelectorAll('#history-list li')].map(li => li.innerText)")
@@ -426,13 +431,7 @@ def scenario_damaged(page, url, result):
     """The server's database has a damaged page (the caller damaged it before starting the server): the
     page opens, and its status line says so."""
     load(page, url)
-    try:
-        page.wait_for("!document.getElementById('relay').hidden", timeout=20)
-    except cdp.CDPError:
-        pass
-    result["relay"] = page.evaluate(
-        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
-        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+    result["relay"] = status_line(page, timeout=20)
 
 
 def scenario_failed(page, url, result):
@@ -454,13 +453,7 @@ def scenario_failed(page, url, result):
     result["send_requests"] = send_requests(page)
     # The page looks at /healthz a moment after a send; a reload asks at once.
     load(page, url)
-    try:
-        page.wait_for("!document.getElementById('relay').hidden", timeout=20)
-    except cdp.CDPError:
-        pass
-    result["relay"] = page.evaluate(
-        "(() => { const r = document.getElementById('relay'), b = r.getBoundingClientRect();"
-        " return {hidden: r.hidden, text: r.textContent, visible: b.width > 0 && b.height > 0}; })()")
+    result["relay"] = status_line(page, timeout=20)
 
 
 def scenario_blank(page, url, result):
