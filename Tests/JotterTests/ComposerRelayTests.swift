@@ -201,9 +201,12 @@ struct ComposerRelayTests {
         #expect(Set(attempts.map(\.id)).count == 1, "the relay was sent the memo a second time")
     }
 
-    /// A relay that no longer knows the message (it forgot this composer, which registered anew) has
-    /// said its last word with its `202`: the memo stays `sent`, and is not posted again.
-    @Test func aMessageTheRelayNoLongerKnowsIsLeftSent() throws {
+    /// The composer's device revoked while the relay holds its memo: the composer registers anew, and the
+    /// relay answers the new device nothing about the old one's message. That is no news of delivery: the
+    /// memo fails as `relay_reregistered`, kept whole for its sender's Retry, never `sent` with its body
+    /// erased (it was, and a relay that then failed the message lost it for good). The relay still
+    /// delivers what it holds, once.
+    @Test func aMessageHandedOverByARevokedDeviceIsNotTakenForDelivered() throws {
         let pair = try Pair(.sqlite, steered: true)
         defer { pair.stop() }
         let mail = try #require(pair.mail)
@@ -219,11 +222,28 @@ struct ComposerRelayTests {
         }
         #expect(devices.count == 1)
         for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
-        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
                 "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.entry(id)["last_error"] as? String == "relay_reregistered")
+        let kept = try pair.composer.outbox.database.read { database in
+            try database.statement("SELECT sealed_payload IS NOT NULL FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
+        }
+        #expect(kept == 1, "the memo is kept whole, for Retry")
+        // No code was mailed to the new device: nothing is pending (the page asked for a code that never
+        // came), and the address verified before is offered again.
+        let destination = try #require(try pair.page("GET", "/destination").json as? [String: Any])
+        #expect(destination["state"] as? String == "none" && destination["pending"] is NSNull, "\(destination)")
+        #expect(destination["previous"] as? String == ComposerRelayTests.address, "\(destination)")
+        // Where memos go is kept sealed, as the relay keeps it: no setting holds the address in the clear.
+        let plain = try pair.composer.outbox.database.read { database in
+            try database.statement("SELECT count(*) FROM settings WHERE instr(value, ?) > 0")
+                .firstRow([.blob(Array(ComposerRelayTests.address.utf8))]) { $0.int64(0) }
+        }
+        #expect(plain == 0)
         mail.release()
         #expect(try pair.relay.finishDeliveries())
         #expect(mail.messages.filter { $0.body.contains("memo the relay forgets") }.count == 1)
+        #expect(try pair.entry(id)["status"] as? String == "failed", "still not taken for delivered")
     }
 
     /// A relay that cannot mail anyone (its own credentials refused, so it holds everything) keeps the
@@ -253,6 +273,26 @@ struct ComposerRelayTests {
         let healed = try health()
         #expect(healed["status"] as? String == "ok" && (healed["relay"] as? [String: Any])?["state"] as? String == "ok",
                 "\(healed)")
+    }
+
+    /// The relay held the memo (it could not mail), then gave up on it (its provider refused the message
+    /// itself): the composer's `/healthz` no longer says the relay holds memos and keeps trying — it said
+    /// so until some other memo was delivered, however long that took.
+    @Test func theHeldStateEndsWhenTheRelaySaysAnythingElse() throws {
+        let pair = try Pair(.sqlite, steered: true) { $0.delivery.refusedRetestMilliseconds = 300 }
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.fail(with: DeliveryFailure(.auth, permanent: true))
+        let id = try pair.post("memo the relay holds, then gives up on")
+        func relayState() throws -> String? {
+            ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
+        }
+        #expect(try pair.composer.waitUntil(timeout: 30) { try relayState() == "held" })
+        mail.fail(with: DeliveryFailure(.rejected, permanent: true))
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.composer.waitUntil(timeout: 10) { try relayState() == "ok" }, "\((try? relayState()) ?? nil)")
     }
 
     /// A memo the relay it was handed to still holds is that relay's to deliver: pointing the composer

@@ -28,6 +28,10 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
         case relayPending = "relay_pending"
         /// A Jotter relay has the memo but cannot mail anyone now (its own mail credentials are refused).
         case relayHeld = "relay_held"
+        /// A Jotter relay took the memo, then this composer had to register again (its device was revoked,
+        /// or the relay's store reset): the relay answers only for the new device, so what became of the
+        /// memo cannot be known here. It may have arrived: failed, kept whole, for its sender's Retry.
+        case relayReregistered = "relay_reregistered"
     }
 
     /// A Jotter relay has the memo: not a failure of this composer's, and asked about again soon.

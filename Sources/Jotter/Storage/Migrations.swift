@@ -127,6 +127,11 @@ enum Migrations {
             failure_reported INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID;
         """,
+        // Handovers made by a device the relay no longer knows (this composer registered again): the
+        // relay's 404 for them says nothing of the memo's fate, and must not be taken for "delivered".
+        """
+        ALTER TABLE relay_handovers ADD COLUMN orphaned INTEGER NOT NULL DEFAULT 0;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -80,6 +80,8 @@ struct DestinationRoute: Sendable {
             json.field("address", destination.address)
             json.field("pending", destination.pending)
             json.field("state", destination.state)
+            // The address verified until the relay forgot it: the page offers it again.
+            if let previous = destination.previous, destination.state == "none" { json.field("previous", previous) }
         }
         return .json(200, json.bytes)
     }

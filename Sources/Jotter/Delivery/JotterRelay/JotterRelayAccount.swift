@@ -6,10 +6,12 @@ import Synchronization
 /// Everything is stored under the relay's base URL, so pointing `--relay` at another relay starts
 /// afresh (a new registration, a new verification) and coming back finds the old standing again.
 final class JotterRelayAccount: Sendable {
-    /// Where memos go: the verified address, and one waiting for its code.
+    /// Where memos go: the verified address, and one waiting for its code; and the address that was
+    /// verified until the relay forgot it (this device revoked, its verification lost), to ask again for.
     struct Destination: Sendable, Equatable {
         var address: String?
         var pending: String?
+        var previous: String? = nil
 
         /// `verified`, `pending` or `none`, as `GET /destination` says it.
         var state: String { address != nil ? "verified" : pending != nil ? "pending" : "none" }
@@ -45,13 +47,21 @@ final class JotterRelayAccount: Sendable {
 
     /// The destination as stored.
     func destination() throws(DeliveryFailure) -> Destination {
-        try stored { Destination(address: try $0.read(name("address")), pending: try $0.read(name("pending"))) }
+        try stored { store in
+            // Sealed since the probe found them in the clear (0600 files, but the design seals addresses);
+            // an older plain copy is read once, and sealed at the next save.
+            func field(_ key: String) throws -> String? { try store.readSealed(name(key)) ?? store.read(name(key)) }
+            return Destination(address: try field("address"), pending: try field("pending"), previous: try field("previous"))
+        }
     }
 
     private func save(_ destination: Destination) throws(DeliveryFailure) {
         try stored { store in
-            try store.write(name("address"), value: destination.address)
-            try store.write(name("pending"), value: destination.pending)
+            for (key, value) in [("address", destination.address), ("pending", destination.pending),
+                                 ("previous", destination.previous)] {
+                try store.writeSealed(name(key), value: value)
+                try store.write(name(key), value: nil)  // a plain copy from before
+            }
         }
     }
 
@@ -117,12 +127,22 @@ final class JotterRelayAccount: Sendable {
             try stored { store in
                 try store.writeSealed(name("secret"), value: nil)
                 try store.writeSealed(name("proposed_secret"), value: nil)  // the next registration proposes anew
+                // What the old device handed over, the new one cannot ask about: the relay's 404 for it would
+                // read as "delivered", and the memo's body was erased on that word.
+                try RelayHandovers(database: store.database).orphanAll(relay: client.baseURL)
             }
-            var destination = try destination()
-            destination.pending = destination.pending ?? destination.address
-            destination.address = nil
-            try save(destination)
+            try lose(try destination())
         }
+    }
+
+    /// The relay no longer has this device's verification: no address is verified, and none is pending
+    /// (no code was mailed: "type the code" was a dead end), and the one that was is kept, to offer again.
+    private func lose(_ lost: Destination) throws(DeliveryFailure) {
+        var destination = lost
+        destination.previous = lost.address ?? lost.pending ?? lost.previous
+        destination.address = nil
+        destination.pending = nil
+        try save(destination)
     }
 
     /// Calls the relay as this device; the relay's own `401 invalid_credentials` (this device is unknown
@@ -170,6 +190,7 @@ final class JotterRelayAccount: Sendable {
             let previous = destination.address
             destination.address = pending
             destination.pending = nil
+            destination.previous = nil
             try save(destination)
             // The address memos went to until now is of no more use: the relay forgets it too (best
             // effort: this answer stands either way, and the relay sends only where it is asked to).
@@ -211,8 +232,10 @@ final class JotterRelayAccount: Sendable {
 
     /// Records that this relay took memo `memo` as message `messageID` (and whether its giving up on it
     /// was reported here).
-    func recordHandover(of memo: String, messageID: String, failureReported: Bool = false) throws(DeliveryFailure) {
-        let handover = RelayHandovers.Handover(relay: client.baseURL, messageID: messageID, failureReported: failureReported)
+    func recordHandover(of memo: String, messageID: String, failureReported: Bool = false,
+                        orphaned: Bool = false) throws(DeliveryFailure) {
+        let handover = RelayHandovers.Handover(relay: client.baseURL, messageID: messageID, failureReported: failureReported,
+                                               orphaned: orphaned)
         try stored { try RelayHandovers(database: $0.database).record(handover, memo: memo) }
     }
 
@@ -231,10 +254,8 @@ final class JotterRelayAccount: Sendable {
 
     /// The relay says `address` is not verified for this device (any more): ask for a code again.
     func lostVerification(of address: String) throws(DeliveryFailure) {
-        var destination = try destination()
+        let destination = try destination()
         guard destination.address == address else { return }
-        destination.address = nil
-        destination.pending = destination.pending ?? address
-        try save(destination)
+        try lose(destination)
     }
 }

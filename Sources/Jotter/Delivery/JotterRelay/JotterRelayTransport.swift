@@ -90,6 +90,7 @@ struct JotterRelayTransport: Transport {
                         waiting: Bool = false) throws(DeliveryFailure) -> DeliveryReceipt {
         let path = "/v1/messages/" + handover.messageID
         var answer: JotterRelayClient.Answer
+        if handover.orphaned && !handover.failureReported { throw try orphaned(memo, handover) }
         if handover.failureReported {
             answer = try account.call(path + "/retry", method: "POST")
             if answer.status == 404 {
@@ -124,13 +125,24 @@ struct JotterRelayTransport: Transport {
                     answer = try account.call(path)
                 }
             case 404:
-                // Forgotten by the relay (its records last 30 days), or asked by a device this composer
-                // registered since: the relay took it durably, and that is the last word there is.
+                // Asked by a device this composer registered while asking (the old one was revoked): the
+                // relay answers it nothing about the old one's message, which is no news of delivery.
+                if let current = try account.handover(of: memo), current.orphaned { throw try orphaned(memo, current) }
+                // Forgotten by the relay: a message's record goes only once the message has gone (or 30 days
+                // after it failed, which this composer would have heard of): it was delivered.
                 return DeliveryReceipt(alreadyDelivered: true)
             default:
                 throw JotterRelayClient.failure(answer)
             }
         }
+    }
+
+    /// A memo whose message was handed over by a device the relay no longer knows: what became of it cannot
+    /// be asked. It fails, kept whole; its sender's Retry then asks the relay to retry (a 404, as the new
+    /// device) and posts it anew. (The relay may still deliver the old message: the page says to look.)
+    private func orphaned(_ memo: String, _ handover: RelayHandovers.Handover) throws(DeliveryFailure) -> DeliveryFailure {
+        try account.recordHandover(of: memo, messageID: handover.messageID, failureReported: true, orphaned: true)
+        return DeliveryFailure(.relayReregistered, permanent: true)
     }
 
     /// The kind a memo fails with here when the relay gave up on it for `kind`: the relay's own kind

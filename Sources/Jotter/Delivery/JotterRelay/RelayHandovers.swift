@@ -14,6 +14,9 @@ struct RelayHandovers: Sendable {
         /// The relay gave up on it and this was reported (the memo is `failed` here): its next attempt
         /// is its sender's Retry, passed on to the relay.
         var failureReported = false
+        /// Made by a device this composer had before it registered again: the relay answers the new one
+        /// nothing about it.
+        var orphaned = false
     }
 
     let database: DatabaseQueue
@@ -22,9 +25,10 @@ struct RelayHandovers: Sendable {
     func find(memo: String) throws -> Handover? {
         try database.read { database in
             try database.statement(
-                "SELECT relay, relay_message_id, failure_reported FROM relay_handovers WHERE memo_id = ?"
+                "SELECT relay, relay_message_id, failure_reported, orphaned FROM relay_handovers WHERE memo_id = ?"
             ).firstRow([.text(memo)]) { row in
-                Handover(relay: row.text(0) ?? "", messageID: row.text(1) ?? "", failureReported: row.int64(2) != 0)
+                Handover(relay: row.text(0) ?? "", messageID: row.text(1) ?? "", failureReported: row.int64(2) != 0,
+                         orphaned: row.int64(3) != 0)
             } ?? nil
         }
     }
@@ -33,11 +37,18 @@ struct RelayHandovers: Sendable {
     func record(_ handover: Handover, memo: String) throws {
         try database.write { database in
             try database.run("""
-                INSERT OR REPLACE INTO relay_handovers (memo_id, relay, relay_message_id, failure_reported)
-                VALUES (?, ?, ?, ?)
+                INSERT OR REPLACE INTO relay_handovers (memo_id, relay, relay_message_id, failure_reported, orphaned)
+                VALUES (?, ?, ?, ?, ?)
                 """, [.text(memo), .text(handover.relay), .text(handover.messageID),
-                      .integer(handover.failureReported ? 1 : 0)])
+                      .integer(handover.failureReported ? 1 : 0), .integer(handover.orphaned ? 1 : 0)])
             try Self.purgeFinished(database)
+        }
+    }
+
+    /// Marks every handover to `relay` as made by a device the relay no longer knows.
+    func orphanAll(relay: String) throws {
+        try database.write { database in
+            try database.run("UPDATE relay_handovers SET orphaned = 1 WHERE relay = ?", [.text(relay)])
         }
     }
 
