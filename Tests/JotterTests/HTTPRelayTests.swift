@@ -62,7 +62,16 @@ import Testing
                  lastError: "auth", requests: 1, emails: 0),
         Scenario(name: "403 holds as auth", script: [.status(403, name: "invalid_api_key")], status: "held",
                  lastError: "auth", requests: 1, emails: 0),
-        Scenario(name: "422 fails as rejected", script: [.status(422, name: "validation_error")], status: "failed",
+        // The configuration's fault (from=, to=, base=): every memo would fail alike, so they wait, held.
+        Scenario(name: "422 holds as configuration", script: [.status(422, name: "validation_error")], status: "held",
+                 lastError: "configuration", requests: 1, emails: 0),
+        Scenario(name: "404 (a wrong base=) holds as configuration", script: [.status(404, name: "not_found")],
+                 status: "held", lastError: "configuration", requests: 1, emails: 0),
+        Scenario(name: "a redirect, not followed, holds as configuration", script: [.status(307)],
+                 status: "held", lastError: "configuration", requests: 1, emails: 0),
+        Scenario(name: "413 fails as too_large", script: [.status(413)], status: "failed", lastError: "too_large",
+                 requests: 1, emails: 0),
+        Scenario(name: "400 fails as rejected", script: [.status(400, name: "validation_error")], status: "failed",
                  lastError: "rejected", requests: 1, emails: 0),
     ]
 
@@ -169,6 +178,28 @@ import Testing
         #expect(requests.count == 2)
         #expect(requests.last?.headers["authorization"] == "Bearer re_fixed_key")
         #expect(relay.emails.count == 1)
+    }
+
+    /// A `422` (a from= the key may not send from) is the configuration's: every memo waits, held, with one
+    /// request made; /healthz says the relay refuses and what to check; a fixed configuration sends them all.
+    @Test func aRequestTheAPIWillNotProcessHoldsEveryMemoAndSaysWhatToCheck() throws {
+        let directory = TemporaryDirectory()
+        let relay = try ScriptedRelay(script: [.status(422, name: "validation_error")], directory: directory.file("relay"))
+        defer { relay.stop() }
+        let first = try Self.jotter(directory, relay: relay.relayURL(key: Self.apiKey))
+        let ids = try (0..<3).map { try DeliveryKit.send(first, body: "memo \($0) while from= is wrong") }
+        for id in ids { #expect(try DeliveryKit.settle(first, id).lastError == "configuration") }
+        #expect(relay.requests.count == 1, "one refusal, not one per memo")
+        let health = try #require(try first.route("GET", "/healthz").json as? [String: Any])
+        let state = health["relay"] as? [String: Any]
+        #expect(health["status"] as? String == "degraded" && state?["state"] as? String == "refused", "\(health)")
+        #expect((state?["hint"] as? String)?.contains("check from=") == true, "\(health)")
+        first.stop()
+
+        let fixed = try Self.jotter(directory, relay: relay.relayURL(key: "re_other_key"))
+        defer { fixed.stop() }
+        for id in ids { #expect(try DeliveryKit.settle(fixed, id).status == "sent") }
+        #expect(relay.emails.count == 3)
     }
 
     // MARK: HTTPS

@@ -65,8 +65,27 @@ public struct ResendTransport: Transport {
             }
             return DeliveryFailure(.conflict, permanent: true)
         case 408: return DeliveryFailure(.timeout, permanent: false, retryAfterMilliseconds: retryAfter)
+        case 413: return DeliveryFailure(.tooLarge, permanent: true)
+        // Every field but the memo's subject and text is the configuration's (from=, to=, the key): a
+        // request the API will not process, an address it does not serve, a redirect away from it fail
+        // every memo alike. They wait, held, as an SMTP server's refusal of MAIL FROM holds them — failed
+        // one by one, each needed its own Retry once the configuration was mended, and /healthz said ok.
+        case 422:
+            return configuration("the mail API refuses the request's fields (\(status)): check from=, to= and "
+                                 + "that this key may send from that address")
+        case 404, 405:
+            return configuration("no mail API answers at this address (\(status)): check base=")
+        case 300..<400:
+            return configuration("the mail API redirects elsewhere (\(status)), which is not followed: set base= "
+                                 + "to where it points")
         default: return DeliveryFailure(.rejected, permanent: true)
         }
+    }
+
+    private static func configuration(_ hint: String) -> DeliveryFailure {
+        var failure = DeliveryFailure(.configuration, permanent: true)
+        failure.hint = hint
+        return failure
     }
 
     public func probe() -> Bool {
