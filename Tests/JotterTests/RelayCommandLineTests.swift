@@ -145,6 +145,14 @@ import Testing
         let down = refusal("postgres://relay:s3cret@127.0.0.1:\(closed)/relay?connect_timeout=5")
         #expect(down.hasPrefix("PostgreSQL connect: ") && down.contains("refused") && !down.contains("s3cret"), "\(down)")
         #expect(refusal("postgres://relay@127.0.0.1:\(closed)/relay?sslmode=bogus").contains("sslmode"))
+        // libpq's complaints about the URL quote what they could not read: a password with a stray %, an
+        // option's value. Neither is shown (a password with % was, in part, on stderr and in the journal).
+        let badPercent = refusal("postgres://relay:CANARY%zzPASS@127.0.0.1:\(closed)/relay")
+        #expect(!badPercent.contains("CANARY") && !badPercent.contains("zzPASS") && badPercent.contains("percent"), "\(badPercent)")
+        let badOption = refusal("postgres://relay:pw@127.0.0.1:\(closed)/relay?sslmode=CANARYMODE")
+        #expect(!badOption.contains("CANARYMODE") && badOption.contains("sslmode"), "\(badOption)")
+        let badParameter = refusal("postgres://relay:pw@127.0.0.1:\(closed)/relay?CANARYPARAM=1")
+        #expect(!badParameter.contains("CANARYPARAM"), "\(badParameter)")
         guard PostgresCluster.available else { return }
         let database = try SharedPostgres.database()
         defer { database.drop() }

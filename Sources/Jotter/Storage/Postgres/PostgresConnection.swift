@@ -87,7 +87,7 @@ final class PostgresConnection {
         guard let connection = PQconnectdb(url) else { throw Failure(sqlState: nil, kind: "connect") }
         guard PQstatus(connection) == CONNECTION_OK else {
             var failure = Failure(sqlState: nil, kind: "connect")
-            failure.reason = Self.reason(PQerrorMessage(connection))
+            failure.reason = Self.reason(PQerrorMessage(connection), connecting: url)
             PQfinish(connection)
             throw failure
         }
@@ -104,14 +104,44 @@ final class PostgresConnection {
     }
 
     /// libpq's message on one line: its lines joined, `FATAL:` and the like kept, at most 300 characters.
-    static func reason(_ message: UnsafePointer<CChar>?) -> String? {
+    static func reason(_ message: UnsafePointer<CChar>?, connecting url: String = "") -> String? {
         guard let message else { return nil }
         let lines = String(cString: message).split(whereSeparator: { $0 == "\n" || $0 == "\r" })
             .map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+            .map { Self.withoutSecrets(String($0), url: url) }
             .filter { !$0.isEmpty }
         guard !lines.isEmpty else { return nil }
         let joined = lines.joined(separator: "; ")
         return joined.count > 300 ? String(joined.prefix(299)) + "…" : joined
+    }
+
+    /// `line` without what it may quote of the URL's secrets: libpq's own complaints about the URL
+    /// (`invalid percent-encoded token: "…"`, `invalid sslmode value: "…"`) quote what they could not read,
+    /// which can be a password; the server's (`database "relay" does not exist`) quote names worth keeping.
+    /// So a complaint's quotes are dropped, and the password is dropped wherever it stands.
+    static func withoutSecrets(_ line: String, url: String) -> String {
+        var text = line
+        if text.lowercased().contains("invalid") {
+            var kept = "", quoted = false
+            for character in text {
+                if character == "\"" {
+                    kept += quoted ? "…\"" : "\""
+                    quoted.toggle()
+                } else if !quoted {
+                    kept.append(character)
+                }
+            }
+            text = quoted ? kept + "…" : kept
+        }
+        // user:password@ — the password as written, and percent-decoded.
+        if let scheme = url.firstLiteralRange(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@"),
+           let colon = url[scheme.upperBound..<at].firstIndex(of: ":") {
+            let password = url[url.index(after: colon)..<at]
+            for form in Set([String(password), URLParts.percentDecoded(password) ?? String(password)]) where form.utf8.count >= 3 {
+                text = text.replacingLiterally(form, with: "…")
+            }
+        }
+        return text
     }
 
     /// False once the server has gone (a pool then drops the connection).
