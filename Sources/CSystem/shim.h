@@ -4,6 +4,7 @@
 /* Linux calls that glibc declares only under _GNU_SOURCE, which Swift's Glibc module does not set. */
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <errno.h>
@@ -22,6 +23,15 @@ static inline int jotter_syncfs(int fd) {
 /// first seeded, at boot); the count, or -1 with errno.
 static inline long jotter_getrandom(void *buffer, unsigned long length) {
     return syscall(SYS_getrandom, buffer, length, 0);
+}
+
+/// No core file of this process: it holds memos in the clear while it works on them. RLIMIT_CORE 0, hard
+/// and soft (also for what it starts), which a core_pattern file honours and systemd-coredump too ("resource
+/// limits disable core dumping"). Not PR_SET_DUMPABLE: the same user may read the key file anyway, and it
+/// would hide /proc/PID/fd from that user's own tools. 0, or -1 with errno.
+static inline int jotter_forbid_core_dumps(void) {
+    struct rlimit none = {0, 0};
+    return setrlimit(RLIMIT_CORE, &none);
 }
 
 /// Names the calling thread (`top -H`, `perf`, /proc/PID/task/TID/comm); longer names are cut to 15 bytes.

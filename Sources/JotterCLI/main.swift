@@ -102,6 +102,7 @@ case .service(let action, let configuration):
         exit(1)
     }
 case .rekey(let dataDirectory):
+    ProcessHardening.forbidCoreDumps()  // every memo passes through it in the clear
     do {
         let report = try Rekey.run(dataDirectory: dataDirectory, credentialsDirectory: environment["CREDENTIALS_DIRECTORY"])
         let resumed = report.resumed ? " (finished an interrupted rekey)" : ""
@@ -134,6 +135,7 @@ case .relayInvite(let dataDirectory, let store):
         exit(1)
     }
 case .relay(var configuration):
+    ProcessHardening.forbidCoreDumps()  // it holds messages in the clear while it mails them
     OpenFileLimit.fit(&configuration.http, logger: Logger(label: "jotter", level: configuration.logLevel))
     let relay: RelayApplication
     do {
@@ -149,6 +151,7 @@ case .relay(var configuration):
     print("Listening on \(scheme)://\((configuration.http.host.contains(":") ? "[\(configuration.http.host)]" : configuration.http.host)):\(relay.port)")
     serveUntilSignalled { relay.stop() }
 case .serve(var configuration):
+    ProcessHardening.forbidCoreDumps()  // it holds memos in the clear while it seals and delivers them
     OpenFileLimit.fit(&configuration.http, logger: Logger(label: "jotter", level: configuration.logLevel))
     let application: Application
     do {

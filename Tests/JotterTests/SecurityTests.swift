@@ -653,3 +653,29 @@ enum Drip {
         #expect(try Rekey.run(dataDirectory: data).resealed == 1)
     }
 }
+
+/// `serve` holds memos in the clear while it seals and delivers them: a crash must not leave them in a
+/// core file (they were there, with `ulimit -c unlimited`).
+@Suite struct CoreDumpTests {
+    @Test func theServerForbidsCoreFilesOfItself() throws {
+        let directory = TemporaryDirectory()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "ulimit -c unlimited && exec \"$@\"", "sh",
+                             LiveServerTests.JotterBinary.path, "serve", "--port", "0", "--data-dir", directory.file("data")]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        let line = LiveServerTests.JotterBinary.readLine(pipe.fileHandleForReading.fileDescriptor, timeout: 60)
+        #expect(line?.hasPrefix("Listening on http://127.0.0.1:") == true, "\(line ?? "no line")")
+        let limits = try String(contentsOfFile: "/proc/\(process.processIdentifier)/limits", encoding: .utf8)
+        let core = limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") }
+        #expect(core?.split(separator: " ", omittingEmptySubsequences: true).dropFirst(4).prefix(2) == ["0", "0"],
+                "soft and hard limit 0: \(core ?? "no line")")
+    }
+}
