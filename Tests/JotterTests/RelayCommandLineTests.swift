@@ -261,6 +261,29 @@ import Testing
             == "resend://re_secret?from=relay@example.com")
     }
 
+    /// `--relay-file` and `--mail-file` keep a password or an API key out of `ps`: one every user of the
+    /// machine can read is refused (it was read silently at 0644); its group may read it, and a file in a
+    /// directory others cannot pass through is nobody else's either.
+    @Test func aCredentialsFileEveryUserCanReadIsRefused() throws {
+        let directory = TemporaryDirectory()
+        #expect(chmod(directory.path, 0o755) == 0)
+        let file = directory.file("relay")
+        try "smtp://me:s3cret@mail.example.com?from=me@example.com&to=me@example.com\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(chmod(file, 0o644) == 0)
+        for (command, flag) in [("serve", "--relay-file"), ("relay", "--mail-file")] {
+            #expect {
+                _ = try CommandLineOptions.parse([command, flag, file], environment: [:], sourceRoot: #filePath)
+            } throws: { "\($0)".contains("\(flag) \(file) can be read by every user of this machine (mode 644)") }
+        }
+        #expect(chmod(file, 0o640) == 0)
+        #expect(throws: Never.self) { try CommandLineOptions.parse(["serve", "--relay-file", file], environment: [:], sourceRoot: #filePath) }
+        #expect(chmod(file, 0o644) == 0 && chmod(directory.path, 0o700) == 0)
+        #expect(throws: Never.self, "a private directory") {
+            try CommandLineOptions.parse(["serve", "--relay-file", file], environment: [:], sourceRoot: #filePath)
+        }
+    }
+
     @Test func helpAndInvite() throws {
         guard case .help(let text) = try Self.parse(["relay", "--help"]) else {
             Issue.record("no help")

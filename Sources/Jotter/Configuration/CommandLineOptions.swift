@@ -544,7 +544,28 @@ public enum CommandLineOptions {
         let line = String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline)
             .map { $0.trimmingCharacters(in: " \t") }.first(where: { !$0.isEmpty })
         guard let line else { throw UsageError(description: "\(flag) \(path) is empty") }
+        // The file is there to keep a password or an API key out of `ps`: one every user may read keeps it
+        // from no one (its group may read it, as the key's may; so may no one, in a private directory).
+        if let mode = Self.readableByEveryone(path) {
+            throw UsageError(description: "\(flag) \(path) can be read by every user of this machine (mode "
+                + String(mode, radix: 8) + "), and it holds the relay's credentials: chmod o-rwx it")
+        }
         return String(line)
+    }
+
+    /// The file's mode when every user of the machine can read it: readable by others, in directories they
+    /// may all pass through. Nil otherwise.
+    static func readableByEveryone(_ path: String) -> mode_t? {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & 0o004 != 0 else { return nil }
+        var directory = absolute(path)
+        while let slash = directory.lastIndex(of: "/") {
+            directory = String(directory[..<slash])
+            var folder = stat()
+            guard stat(directory.isEmpty ? "/" : directory, &folder) == 0, folder.st_mode & 0o001 != 0 else { return nil }
+            if directory.isEmpty { break }
+        }
+        return info.st_mode & 0o777
     }
 
     /// `./Public` when it holds the page, else the checkout's `Public/` next to `Sources/`.
