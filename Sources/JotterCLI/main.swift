@@ -167,10 +167,11 @@ case .serve(var configuration):
                                          lan: application.lanInfo) {
         print(line)
     }
-    print("Delivering to \(application.destination)")
+    // A journal keeps what a terminal forgets: no address, user name or live pairing link goes there.
+    let journal = ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)
+    print("Delivering to " + (journal ? RelayURL.withoutPeople(application.destination) : application.destination))
     if let lan = application.lanInfo {
-        print(LANBanner.text(lan, host: configuration.http.host,
-                             showsPairing: !ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)))
+        print(LANBanner.text(lan, host: configuration.http.host, showsPairing: !journal))
         application.setOnLANChange { lan in
             print(LANBanner.changedText(lan))
             fflush(nil)

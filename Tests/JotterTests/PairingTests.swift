@@ -551,6 +551,19 @@ import Testing
         }
     }
 
+    /// The start line for the journal names no person: the SMTP user and the recipient are left out.
+    @Test(arguments: [
+        ("smtps://ana%40example.com:pw@smtp.example.com?from=ana@example.com", "smtps://smtp.example.com:465"),
+        ("sendmail:?to=ana@example.com", "sendmail:/usr/sbin/sendmail"),
+        ("resend://re_key?to=ana@example.com&from=j@example.com", "resend:// (api.resend.com)"),
+        ("maildir:/var/mail/jotter", "maildir:/var/mail/jotter"),
+    ])
+    func aDestinationForTheJournalNamesNoPerson(relay: String, expected: String) throws {
+        let destination = try RelayURL(relay).destination
+        #expect(RelayURL.withoutPeople(destination) == expected, "\(destination)")
+        #expect(!RelayURL.withoutPeople(destination).contains("ana"))
+    }
+
     /// Without `--lan` a non-loopback `--host` still answers only this machine (HostAndOriginTests), and says so.
     @Test func withoutLANModeAnOpenInterfaceSaysWhoIsAnswered() {
         #expect(LANBanner.listeningLines(host: "0.0.0.0", port: 7373, lan: nil)

@@ -679,3 +679,39 @@ enum Drip {
                 "soft and hard limit 0: \(core ?? "no line")")
     }
 }
+
+/// Under systemd, `serve`'s standard output is the journal, which keeps it: the start lines name no
+/// person (the SMTP user, the recipient), as the log never does.
+@Suite struct JournalOutputTests {
+    @Test func theStartLinesForTheJournalNameNoPerson() throws {
+        let directory = TemporaryDirectory()
+        /// The second line `serve` prints; `journal`: its standard output is named by JOURNAL_STREAM.
+        func start(journal: Bool) throws -> String {
+            let pipe = Pipe()
+            var info = stat()
+            #expect(fstat(pipe.fileHandleForWriting.fileDescriptor, &info) == 0)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: LiveServerTests.JotterBinary.path)
+            process.arguments = ["serve", "--port", "0", "--data-dir", directory.file("data"), "--relay",
+                                 "smtp://ana%40example.com:pw@127.0.0.1:1?tls=none&to=bo@example.com"]
+            process.environment = LiveServerTests.JotterBinary.environment()
+                .merging(journal ? ["JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)"] : [:]) { $1 }
+            process.standardOutput = pipe
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer {
+                kill(process.processIdentifier, SIGKILL)  // SIGTERM stays pending: Process passes on a blocked mask
+                process.waitUntilExit()
+            }
+            var lines: [String] = []
+            while lines.count < 2, let line = LiveServerTests.JotterBinary.readLine(pipe.fileHandleForReading.fileDescriptor, timeout: 60) {
+                lines.append(line)
+            }
+            return lines.last ?? ""
+        }
+        let terminal = try start(journal: false)
+        #expect(terminal == "Delivering to smtp://127.0.0.1:1 as ana@example.com → bo@example.com", "\(terminal)")
+        let journal = try start(journal: true)
+        #expect(journal == "Delivering to smtp://127.0.0.1:1", "\(journal)")
+    }
+}

@@ -44,6 +44,13 @@ public struct RelayURL: Sendable {
     /// Where memos go, for a person, without secrets: `maildir:/home/ana/…/Maildir`,
     /// `smtps://smtp.example.com:465 as ana@example.com → ana@example.com`, `resend:// → ana@…`.
     public let destination: String
+
+    /// `destination` without the people in it (the SMTP user name, the recipient's address): for an output a
+    /// log keeps, such as systemd's journal ("never log addresses").
+    public static func withoutPeople(_ destination: String) -> String {
+        let cut = [" as ", " → "].compactMap { destination.firstLiteralRange(of: $0)?.lowerBound }.min()
+        return cut.map { String(destination[..<$0]) } ?? destination
+    }
     /// A Jotter relay's account (its device secret and verified address), for `jotter+https://`.
     private(set) var jotterRelay: JotterRelayAccount?
 
