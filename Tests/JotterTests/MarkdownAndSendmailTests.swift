@@ -197,6 +197,15 @@ import Testing
 
     // MARK: Sendmail
 
+    /// What sendmail (or systemctl) is started with: this process's environment less what may hold Jotter's
+    /// secrets — a relay URL or store URL in `JOTTER_*`, libpq's `PGPASSWORD`, systemd's credentials directory.
+    @Test func aChildGetsNoneOfJottersSecrets() {
+        let given = ["PATH": "/usr/bin:/bin", "HOME": "/home/ana", "LANG": "C.UTF-8",
+                     "JOTTER_RELAY": "smtp://ana:s3cret@mail.example.com", "JOTTER_STORE": "postgres://u:pw@db/relay",
+                     "PGPASSWORD": "pw", "PGHOST": "db", "CREDENTIALS_DIRECTORY": "/run/credentials/jotter.service"]
+        #expect(ChildProcess.environment(given) == ["HOME=/home/ana", "LANG=C.UTF-8", "PATH=/usr/bin:/bin"])
+    }
+
     /// A fake `sendmail` in a temporary directory: saves each message it is given in `attempts/`
     /// (and in `delivered/` when it exits 0), its arguments in `args`, and exits with the code in `exit-code`.
     private struct FakeSendmail {

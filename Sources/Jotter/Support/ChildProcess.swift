@@ -87,13 +87,24 @@ struct ChildProcess {
 
         let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
+        let environment: [UnsafeMutablePointer<CChar>?] = Self.environment().map { strdup($0) } + [nil]
+        defer { environment.forEach { free($0) } }
         var pid: pid_t = 0
-        let status = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+        let status = posix_spawn(&pid, path, &actions, &attributes, argv, environment)
         guard status == 0 else {
             for fd in [inputPipe[1], outputPipe[0]] where fd >= 0 { close(fd) }
             throw SystemError(code: status)
         }
         return (ChildProcess(pid: pid), input == .pipe ? inputPipe[1] : nil, output == .pipe ? outputPipe[0] : nil)
+    }
+
+    /// This process's environment for a child (sendmail, systemctl), less what may hold Jotter's secrets:
+    /// `JOTTER_*` (a relay URL with its password, a store URL), libpq's `PG*` (`PGPASSWORD`), systemd's
+    /// `CREDENTIALS_DIRECTORY` (where the key is). A child was given all of it.
+    static func environment(_ variables: [String: String] = ProcessEnvironment.current) -> [String] {
+        variables.filter { name, _ in
+            !name.hasPrefix("JOTTER_") && !name.hasPrefix("PG") && name != "CREDENTIALS_DIRECTORY"
+        }.map { $0.key + "=" + $0.value }.sorted()
     }
 
     /// `pipe` with both ends close-on-exec (`pipe2` is not in Swift's Glibc module; a child spawned by
