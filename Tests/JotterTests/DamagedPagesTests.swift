@@ -92,12 +92,20 @@ import Testing
         watch.note(DatabaseError(code: SQLITE_FULL, message: "database or disk is full"))
         watch.note(DatabaseError(code: SQLITE_BUSY, message: "database is locked"))
         watch.note(CocoaError(.fileReadCorruptFile))
+        // Writes that fail (a quota, a sync, a lock) say nothing of the pages: they pass with the next commit.
+        for code in [SQLITE_IOERR, SQLITE_IOERR | (3 << 8), SQLITE_IOERR | (4 << 8), SQLITE_IOERR | (15 << 8)] {
+            watch.note(DatabaseError(code: code, message: "disk I/O error"))
+        }
         #expect(watch.damage == nil)
         watch.note(DatabaseError(code: SQLITE_CORRUPT, message: "database disk image is malformed"))
         #expect(watch.damage?.reason == "damaged")
         let first = watch.damage
-        watch.note(DatabaseError(code: SQLITE_IOERR, message: "disk I/O error"))
+        watch.note(DatabaseError(code: SQLITE_IOERR | (1 << 8), message: "disk I/O error"))
         #expect(watch.damage == first, "the first damage seen stays, with its time")
+        let reading = IntegrityWatch(path: directory.file("none.db"), vfs: nil, clock: SystemClock(),
+                                     logger: Logger(label: "test", sink: .memory()))
+        reading.note(DatabaseError(code: SQLITE_IOERR | (2 << 8), message: "disk I/O error"))
+        #expect(reading.damage?.reason == "io_error", "a page the disk could not read")
     }
 
     /// A healthy outbox is read through and found well; so is one with memos still waiting.

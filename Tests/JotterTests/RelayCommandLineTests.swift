@@ -153,6 +153,11 @@ import Testing
         #expect(!badOption.contains("CANARYMODE") && badOption.contains("sslmode"), "\(badOption)")
         let badParameter = refusal("postgres://relay:pw@127.0.0.1:\(closed)/relay?CANARYPARAM=1")
         #expect(!badParameter.contains("CANARYPARAM"), "\(badParameter)")
+        // A password after an @ in the query, or as a query parameter, is found all the same.
+        #expect(PostgresConnection.withoutSecrets("could not connect: CANARYPW", url: "postgres://u:CANARYPW@h/db?application_name=a@b")
+                == "could not connect: …")
+        #expect(PostgresConnection.withoutSecrets("could not connect: CANARYQUERY", url: "postgres://h/db?user=u&password=CANARYQUERY")
+                == "could not connect: …")
         guard PostgresCluster.available else { return }
         let database = try SharedPostgres.database()
         defer { database.drop() }

@@ -675,10 +675,10 @@ public final class DeliveryWorker: @unchecked Sendable {
         let now = clock.nowMilliseconds()
         let offline = error.isOffline
         if offline { goOffline() }
-        // Held at the relay until the relay says otherwise of a memo: delivered (above), or any answer but
-        // "held" (a message it failed, one on its way). Not its silence: unreachable says nothing of it.
+        // Held at the relay until the relay says otherwise of a memo: delivered (above), or its verdict that
+        // it gave one up (permanent). Not a timeout, a 5xx, a 429, a local error: they say nothing of it.
         if error.kind == .relayHeld { heldAtTheRelay.withLock { $0 = $0 ?? now } }
-        else if !offline { heldAtTheRelay.withLock { $0 = nil } }
+        else if error.isPermanent && !offline { heldAtTheRelay.withLock { $0 = nil } }
         let jitter = random.withLock { Double.random(in: 0..<1, using: &$0) }
         let probeAt = now + configuration.offlineProbeMilliseconds
         var capped = configuration.retryPolicy

@@ -55,12 +55,20 @@ final class IntegrityWatch: Sendable {
     }
 
     /// Takes the word of a failed read or write: SQLite found a page it cannot make sense of, or the disk
-    /// could not read one. Any other failure (a full disk, a lock held too long) says nothing of the pages.
+    /// could not read one (`SQLITE_IOERR_READ`, `_SHORT_READ`). Any other failure says nothing of the pages:
+    /// a full disk or quota, a failed write or sync, a lock held too long pass with the next good commit.
     func note(_ error: any Error) {
-        guard let failure = error as? DatabaseError,
-              let reason = failure.storageTrouble, reason == "damaged" || reason == "io_error" else { return }
-        record(reason, problems: nil)
+        guard let failure = error as? DatabaseError else { return }
+        if failure.storageTrouble == "damaged" {
+            record("damaged", problems: nil)
+        } else if failure.code == Self.readError || failure.code == Self.shortRead {
+            record("io_error", problems: nil)
+        }
     }
+
+    /// `SQLITE_IOERR_READ` and `SQLITE_IOERR_SHORT_READ` (extended codes: the primary one, 10, with 1 or 2 << 8).
+    private static let readError: Int32 = 10 | (1 << 8)
+    private static let shortRead: Int32 = 10 | (2 << 8)
 
     private func record(_ reason: String, problems: Int?) {
         let now = clock.nowMilliseconds()

@@ -102,6 +102,8 @@ final class JotterRelayAccount: Sendable {
                     try stored { try $0.writeSealed(name("proposed_secret"), value: nil) }
                 }
                 if answer.status == 403 { throw DeliveryFailure(.configuration, permanent: true) }
+                // The secret proposed was a revoked device's (forgotten above): the next try proposes a new one.
+                if answer.status == 409, answer.errorCode == "secret_revoked" { throw DeliveryFailure(.conflict, permanent: false) }
                 throw JotterRelayClient.failure(answer)
             }
             try stored { store in
@@ -125,11 +127,12 @@ final class JotterRelayAccount: Sendable {
             guard current == refused else { return }
             cached = nil
             try stored { store in
+                // What the old device handed over, the new one cannot ask about: the relay's 404 for it would
+                // read as "delivered", and the memo's body was erased on that word. First: should the rest
+                // fail, the old secret stays and this runs again at the next refusal.
+                try RelayHandovers(database: store.database).orphanAll(relay: client.baseURL)
                 try store.writeSealed(name("secret"), value: nil)
                 try store.writeSealed(name("proposed_secret"), value: nil)  // the next registration proposes anew
-                // What the old device handed over, the new one cannot ask about: the relay's 404 for it would
-                // read as "delivered", and the memo's body was erased on that word.
-                try RelayHandovers(database: store.database).orphanAll(relay: client.baseURL)
             }
             try lose(try destination())
         }
@@ -254,8 +257,11 @@ final class JotterRelayAccount: Sendable {
 
     /// The relay says `address` is not verified for this device (any more): ask for a code again.
     func lostVerification(of address: String) throws(DeliveryFailure) {
-        let destination = try destination()
+        var destination = try destination()
         guard destination.address == address else { return }
-        try lose(destination)
+        // This device is known still: a code mailed for another address stays good to type.
+        destination.previous = address
+        destination.address = nil
+        try save(destination)
     }
 }

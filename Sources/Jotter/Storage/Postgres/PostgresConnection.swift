@@ -134,10 +134,22 @@ final class PostgresConnection {
             text = quoted ? kept + "…" : kept
         }
         // user:password@ — the password as written, and percent-decoded.
-        if let scheme = url.firstLiteralRange(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@"),
+        // The authority ends at the first /, ? or #: an @ in the query is not the userinfo's.
+        let authorityEnd = url.firstLiteralRange(of: "://").map { scheme in
+            url[scheme.upperBound...].firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? url.endIndex
+        }
+        if let scheme = url.firstLiteralRange(of: "://"), let end = authorityEnd,
+           let at = url[scheme.upperBound..<end].lastIndex(of: "@"),
            let colon = url[scheme.upperBound..<at].firstIndex(of: ":") {
             let password = url[url.index(after: colon)..<at]
             for form in Set([String(password), URLParts.percentDecoded(password) ?? String(password)]) where form.utf8.count >= 3 {
+                text = text.replacingLiterally(form, with: "…")
+            }
+        }
+        // And a password given as a query parameter (`?password=…`).
+        if let given = url.firstLiteralRange(of: "password=") {
+            let value = url[given.upperBound...].prefix { $0 != "&" && $0 != "#" }
+            for form in Set([String(value), URLParts.percentDecoded(value) ?? String(value)]) where form.utf8.count >= 3 {
                 text = text.replacingLiterally(form, with: "…")
             }
         }
