@@ -61,14 +61,10 @@ final class IntegrityWatch: Sendable {
         guard let failure = error as? DatabaseError else { return }
         if failure.storageTrouble == "damaged" {
             record("damaged", problems: nil)
-        } else if failure.code == Self.readError || failure.code == Self.shortRead {
+        } else if failure.isFailedRead {
             record("io_error", problems: nil)
         }
     }
-
-    /// `SQLITE_IOERR_READ` and `SQLITE_IOERR_SHORT_READ` (extended codes: the primary one, 10, with 1 or 2 << 8).
-    private static let readError: Int32 = 10 | (1 << 8)
-    private static let shortRead: Int32 = 10 | (2 << 8)
 
     private func record(_ reason: String, problems: Int?) {
         let now = clock.nowMilliseconds()

@@ -43,6 +43,11 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
         }
     }
 
+    /// True when the disk could not read a page back (`SQLITE_IOERR_READ`, `SQLITE_IOERR_SHORT_READ`):
+    /// unlike a failed write or sync, that says something of the pages themselves.
+    /// (Swift does not import those two macros: each is `SQLITE_IOERR | (n << 8)`.)
+    public var isFailedRead: Bool { code == SQLITE_IOERR | (1 << 8) || code == SQLITE_IOERR | (2 << 8) }
+
     /// A short kind for logs: the SQLite result code's name.
     public var kind: String { String(cString: sqlite3_errstr(code)) }
 

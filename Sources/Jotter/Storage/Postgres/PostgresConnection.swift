@@ -133,25 +133,23 @@ final class PostgresConnection {
             }
             text = quoted ? kept + "…" : kept
         }
-        // user:password@ — the password as written, and percent-decoded.
-        // The authority ends at the first /, ? or #: an @ in the query is not the userinfo's.
-        let authorityEnd = url.firstLiteralRange(of: "://").map { scheme in
-            url[scheme.upperBound...].firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? url.endIndex
-        }
-        if let scheme = url.firstLiteralRange(of: "://"), let end = authorityEnd,
-           let at = url[scheme.upperBound..<end].lastIndex(of: "@"),
-           let colon = url[scheme.upperBound..<at].firstIndex(of: ":") {
-            let password = url[url.index(after: colon)..<at]
+        // A password wherever it stands, as written and percent-decoded.
+        func hide(_ password: Substring) {
             for form in Set([String(password), URLParts.percentDecoded(password) ?? String(password)]) where form.utf8.count >= 3 {
                 text = text.replacingLiterally(form, with: "…")
             }
         }
-        // And a password given as a query parameter (`?password=…`).
-        if let given = url.firstLiteralRange(of: "password=") {
-            let value = url[given.upperBound...].prefix { $0 != "&" && $0 != "#" }
-            for form in Set([String(value), URLParts.percentDecoded(value) ?? String(value)]) where form.utf8.count >= 3 {
-                text = text.replacingLiterally(form, with: "…")
+        // user:password@ in the authority, which ends at the first /, ? or # (an @ in the query is not its).
+        if let scheme = url.firstLiteralRange(of: "://") {
+            let rest = url[scheme.upperBound...]
+            let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+            if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
+                hide(authority[authority.index(after: colon)..<at])
             }
+        }
+        // And one given as a query parameter (`?password=…`).
+        if let given = url.firstLiteralRange(of: "password=") {
+            hide(url[given.upperBound...].prefix { $0 != "&" && $0 != "#" })
         }
         return text
     }
