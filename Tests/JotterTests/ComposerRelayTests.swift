@@ -246,6 +246,50 @@ struct ComposerRelayTests {
         #expect(try pair.entry(id)["status"] as? String == "failed", "still not taken for delivered")
     }
 
+    /// The same, when the handover was recorded late: another delivery met the relay's `401` and registered
+    /// anew between this memo's `202` (as the old device) and its record, so the re-registration's marking
+    /// missed it. The handover names the device that made it, and the new device's `404` for it is still no
+    /// news of delivery: the memo fails kept whole, never `sent` with its body erased.
+    @Test func aHandoverRecordedAfterTheReRegistrationIsStillTheOldDevices() throws {
+        var pair = try Pair(.sqlite, steered: true)
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.block()
+        let id = try pair.post("memo handed over just before a re-registration")
+        #expect(mail.waitUntilBlocked(timeout: 30))
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            try pair.entry(id)["last_error"] as? String == "relay_pending"
+        })
+        pair.composer.stop()
+        let devices = try pair.relay.outbox.database.read { database in
+            try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
+        }
+        #expect(devices.count == 1)
+        for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
+        // What the race leaves behind: the old secret forgotten by the other delivery, and this memo's
+        // handover unmarked (written after the marking).
+        let database = try DatabaseQueue(path: pair.composerDirectory.file("jotter.db"))
+        try database.write { database in
+            try database.run("DELETE FROM settings WHERE name LIKE 'sealed.jotter_relay[%].secret'")
+            try database.run("UPDATE relay_handovers SET orphaned = 0")
+            #expect(database.changes == 1)
+        }
+        database.close()
+        pair.composer = try Pair.composer(pair.composerDirectory.path, relayPort: pair.relay.port)
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.entry(id)["last_error"] as? String == "relay_reregistered")
+        let kept = try pair.composer.outbox.database.read { database in
+            try database.statement("SELECT sealed_payload IS NOT NULL FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
+        }
+        #expect(kept == 1, "the memo is kept whole, for Retry")
+        #expect(try pair.devices() == 2, "registered anew")
+        mail.release()
+        #expect(try pair.relay.finishDeliveries())
+        #expect(mail.messages.filter { $0.body.contains("memo handed over just before") }.count == 1)
+    }
+
     /// A relay that cannot mail anyone (its own credentials refused, so it holds everything) keeps the
     /// memo: the composer says so (`relay_held`), asks again, and has it `sent` once the relay mails it.
     @Test func aMemoHeldAtTheRelayIsShownSoAndSentWhenTheRelayMailsIt() throws {

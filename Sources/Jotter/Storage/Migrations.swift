@@ -132,6 +132,12 @@ enum Migrations {
         """
         ALTER TABLE relay_handovers ADD COLUMN orphaned INTEGER NOT NULL DEFAULT 0;
         """,
+        // Which device made each handover (a fingerprint of its secret): a handover recorded just after
+        // another delivery's re-registration marked the others orphaned is still told apart from the new
+        // device's own.
+        """
+        ALTER TABLE relay_handovers ADD COLUMN device BLOB;
+        """,
     ]
 
     /// Brings `database` up to the newest schema; each step is its own transaction.

@@ -156,11 +156,20 @@ final class JotterRelayAccount: Sendable {
     func call(_ path: String, method: String? = nil, json body: [UInt8]? = nil,
               idempotencyKey: String? = nil) throws(DeliveryFailure) -> JotterRelayClient.Answer {
         let used = try secret()
-        let answer = try client.call(path, method: method, secret: used, json: body, idempotencyKey: idempotencyKey)
+        var answer = try client.call(path, method: method, secret: used, json: body, idempotencyKey: idempotencyKey)
+        answer.device = Self.fingerprint(used)
         guard answer.status == 401, answer.errorCode == "invalid_credentials" else { return answer }
         try forget(secret: used)
-        return try client.call(path, method: method, secret: try secret(), json: body,
-                               idempotencyKey: idempotencyKey)
+        let renewed = try secret()
+        answer = try client.call(path, method: method, secret: renewed, json: body, idempotencyKey: idempotencyKey)
+        answer.device = Self.fingerprint(renewed)
+        return answer
+    }
+
+    /// What tells this composer's devices apart without keeping their secrets twice: 16 bytes of a hash of
+    /// the secret (256 random bits, so the hash reveals nothing of it).
+    static func fingerprint(_ secret: String) -> [UInt8] {
+        Array(SHA256.hash(Array("jotter relay device\u{0}\(secret)".utf8)).prefix(16))
     }
 
     /// Asks the relay to mail a code to `address` (in `language`); on `202` it is the pending address.
@@ -233,12 +242,12 @@ final class JotterRelayAccount: Sendable {
         try stored { try RelayHandovers(database: $0.database).find(memo: memo) }
     }
 
-    /// Records that this relay took memo `memo` as message `messageID` (and whether its giving up on it
-    /// was reported here).
-    func recordHandover(of memo: String, messageID: String, failureReported: Bool = false,
+    /// Records that this relay took memo `memo` as message `messageID` from `device` (and whether its
+    /// giving up on it was reported here).
+    func recordHandover(of memo: String, messageID: String, device: [UInt8]?, failureReported: Bool = false,
                         orphaned: Bool = false) throws(DeliveryFailure) {
         let handover = RelayHandovers.Handover(relay: client.baseURL, messageID: messageID, failureReported: failureReported,
-                                               orphaned: orphaned)
+                                               orphaned: orphaned, device: device)
         try stored { try RelayHandovers(database: $0.database).record(handover, memo: memo) }
     }
 

@@ -7,6 +7,9 @@ struct JotterRelayClient: Sendable {
         var status: Int
         var json: JSONValue?
         var retryAfterMilliseconds: Int64?
+        /// Which of this composer's devices the relay answered (`JotterRelayAccount.fingerprint` of the
+        /// secret sent), set by `JotterRelayAccount.call`.
+        var device: [UInt8]? = nil
 
         /// The relay's error code (`{"error":{"code"}}`), if it sent one.
         var errorCode: String? { json?["error"]?["code"]?.string }

@@ -57,9 +57,9 @@ struct JotterRelayTransport: Transport {
             guard let id = answer.json?["id"]?.string?.lowercased(), JotterRelayAccount.isMessageID(id) else {
                 return DeliveryReceipt()
             }
-            try account.recordHandover(of: message.id, messageID: id)
-            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id),
-                              waiting: true)
+            try account.recordHandover(of: message.id, messageID: id, device: answer.device)
+            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id,
+                                                                  device: answer.device), waiting: true)
         case (403, "destination_unverified"), (401, "invalid_credentials"):
             try account.lostVerification(of: to)
             throw DeliveryFailure(.unverified, permanent: true)
@@ -72,9 +72,9 @@ struct JotterRelayTransport: Transport {
             guard let id = answer.json?["error"]?["message_id"]?.string?.lowercased(), JotterRelayAccount.isMessageID(id) else {
                 throw DeliveryFailure(.conflict, permanent: true)
             }
-            try account.recordHandover(of: message.id, messageID: id)
-            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id),
-                              waiting: true)
+            try account.recordHandover(of: message.id, messageID: id, device: answer.device)
+            return try follow(message.id, RelayHandovers.Handover(relay: account.client.baseURL, messageID: id,
+                                                                  device: answer.device), waiting: true)
         case (409, _):
             throw DeliveryFailure(.conflict, permanent: true)
         case (403, _):
@@ -99,7 +99,7 @@ struct JotterRelayTransport: Transport {
                 try account.forgetHandover(of: memo)
                 throw DeliveryFailure(.relayPending, permanent: false)
             }
-            if answer.status == 200 { try account.recordHandover(of: memo, messageID: handover.messageID) }
+            if answer.status == 200 { try account.recordHandover(of: memo, messageID: handover.messageID, device: answer.device) }
         } else {
             answer = try account.call(path)
         }
@@ -113,7 +113,8 @@ struct JotterRelayTransport: Transport {
                     // The handover stays until the memo is sent here (`RelayHandovers`).
                     return DeliveryReceipt()
                 case "failed", "cancelled":
-                    try account.recordHandover(of: memo, messageID: handover.messageID, failureReported: true)
+                    try account.recordHandover(of: memo, messageID: handover.messageID, device: handover.device,
+                                               failureReported: true)
                     throw DeliveryFailure(Self.relayFailure(answer.json?["last_error"]?.string), permanent: true)
                 case "held":
                     // The relay cannot mail anyone now (its own credentials are refused): it keeps the
@@ -125,9 +126,13 @@ struct JotterRelayTransport: Transport {
                     answer = try account.call(path)
                 }
             case 404:
-                // Asked by a device this composer registered while asking (the old one was revoked): the
-                // relay answers it nothing about the old one's message, which is no news of delivery.
-                if let current = try account.handover(of: memo), current.orphaned { throw try orphaned(memo, current) }
+                // Asked by a device this composer registered while asking (the old one was revoked), or
+                // since (another delivery's 202 as the old device may be recorded after the re-registration
+                // marked the rest): the relay answers it nothing about the old one's message, which is no
+                // news of delivery.
+                if let current = try account.handover(of: memo), current.orphaned(answeredBy: answer.device) {
+                    throw try orphaned(memo, current)
+                }
                 // Forgotten by the relay: a message's record goes only once the message has gone (or 30 days
                 // after it failed, which this composer would have heard of): it was delivered.
                 return DeliveryReceipt(alreadyDelivered: true)
@@ -141,7 +146,8 @@ struct JotterRelayTransport: Transport {
     /// be asked. It fails, kept whole; its sender's Retry then asks the relay to retry (a 404, as the new
     /// device) and posts it anew. (The relay may still deliver the old message: the page says to look.)
     private func orphaned(_ memo: String, _ handover: RelayHandovers.Handover) throws(DeliveryFailure) -> DeliveryFailure {
-        try account.recordHandover(of: memo, messageID: handover.messageID, failureReported: true, orphaned: true)
+        try account.recordHandover(of: memo, messageID: handover.messageID, device: handover.device, failureReported: true,
+                                   orphaned: true)
         return DeliveryFailure(.relayReregistered, permanent: true)
     }
 

@@ -17,6 +17,15 @@ struct RelayHandovers: Sendable {
         /// Made by a device this composer had before it registered again: the relay answers the new one
         /// nothing about it.
         var orphaned = false
+        /// The device that made it (`JotterRelayAccount.fingerprint` of its secret); nil for handovers
+        /// recorded before this was kept.
+        var device: [UInt8]? = nil
+
+        /// Made by a device other than `current`, the one the relay just answered as: that device is
+        /// told nothing about it.
+        func orphaned(answeredBy current: [UInt8]?) -> Bool {
+            orphaned || (device != nil && current != nil && device != current)
+        }
     }
 
     let database: DatabaseQueue
@@ -25,10 +34,10 @@ struct RelayHandovers: Sendable {
     func find(memo: String) throws -> Handover? {
         try database.read { database in
             try database.statement(
-                "SELECT relay, relay_message_id, failure_reported, orphaned FROM relay_handovers WHERE memo_id = ?"
+                "SELECT relay, relay_message_id, failure_reported, orphaned, device FROM relay_handovers WHERE memo_id = ?"
             ).firstRow([.text(memo)]) { row in
                 Handover(relay: row.text(0) ?? "", messageID: row.text(1) ?? "", failureReported: row.int64(2) != 0,
-                         orphaned: row.int64(3) != 0)
+                         orphaned: row.int64(3) != 0, device: row.blob(4))
             } ?? nil
         }
     }
@@ -37,10 +46,11 @@ struct RelayHandovers: Sendable {
     func record(_ handover: Handover, memo: String) throws {
         try database.write { database in
             try database.run("""
-                INSERT OR REPLACE INTO relay_handovers (memo_id, relay, relay_message_id, failure_reported, orphaned)
-                VALUES (?, ?, ?, ?, ?)
+                INSERT OR REPLACE INTO relay_handovers (memo_id, relay, relay_message_id, failure_reported, orphaned, device)
+                VALUES (?, ?, ?, ?, ?, ?)
                 """, [.text(memo), .text(handover.relay), .text(handover.messageID),
-                      .integer(handover.failureReported ? 1 : 0), .integer(handover.orphaned ? 1 : 0)])
+                      .integer(handover.failureReported ? 1 : 0), .integer(handover.orphaned ? 1 : 0),
+                      handover.device.map { .blob($0) } ?? .null])
             try Self.purgeFinished(database)
         }
     }
