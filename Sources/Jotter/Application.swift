@@ -192,12 +192,14 @@ public final class Application: Sendable {
     public func start() throws {
         do {
             let relay = Array((configuration.relay ?? "maildir:default").utf8)
-            if try outbox.settings.changed("relay", fingerprint: relay) {
-                let count = try outbox.requeueFailed()
-                    + outbox.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+            if try outbox.settings.changed("relay", fingerprint: relay),
+               let count = try outbox.despiteDamage({
+                   try $0.requeueFailed() + $0.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+               }) {
                 logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
             }
             try worker.start()
+            outbox.startIntegrityChecks()
             try server.start()
             policy.setPort(server.port)
             if let lanInfo {

@@ -24,17 +24,34 @@ import Testing
     /// Overwrites one leaf page of the `messages` table (found with SQLite's `dbstat`) with bytes that
     /// are no b-tree page. The server is stopped, so the page is in the file, not the WAL.
     static func damageAMessagesPage(in data: String) throws {
+        try damage(in: data) { database in
+            let pages = try database.statement(
+                "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY pageno"
+            ).rows { $0.int64(0) }
+            #expect(pages.count >= 3, "rows over several pages: \(pages)")
+            return try #require(pages.dropFirst().first)
+        }
+    }
+
+    /// Overwrites the one page of the index of failed and held memos, which `/healthz` reads to count them
+    /// (and an accept does not write: new memos still go).
+    static func damageTheStoppedIndex(in data: String) throws {
+        try damage(in: data) { database in
+            let pages = try database.statement("SELECT pageno FROM dbstat WHERE name = 'messages_stopped'").rows { $0.int64(0) }
+            #expect(pages.count == 1, "\(pages)")
+            return try #require(pages.first)
+        }
+    }
+
+    /// Overwrites the page `choose` picks, with the server stopped.
+    private static func damage(in data: String, page choose: (Database) throws -> Int64) throws {
         let path = data + "/jotter.db"
         let (page, size) = try {
             let database = try Database(path: path)
             defer { database.close() }
             try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            let pages = try database.statement(
-                "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY pageno"
-            ).rows { $0.int64(0) }
             let size = try #require(Int64(try database.pragma("page_size") ?? ""))
-            #expect(pages.count >= 3, "rows over several pages: \(pages)")
-            return (try #require(pages.dropFirst().first), size)
+            return (try choose(database), size)
         }()
         let file = try #require(FileHandle(forUpdatingAtPath: path))
         defer { try? file.close() }
@@ -81,6 +98,52 @@ import Testing
         #expect(log.components(separatedBy: "the outbox database is damaged").count - 1 == 1, "\(log.suffix(3000))")
         #expect(log.contains("restore jotter.db from a backup"))
         #expect(!log.contains(marker) && !log.contains("after the damage"))
+    }
+
+    /// The check has a timer of its own: a server that starts with its relay refused (its memos held since
+    /// the last run, so the worker only waits for the slow retest) still reads its pages at start.
+    @Test func theCheckRunsWhileTheRelayIsRefused() throws {
+        let (directory, data) = try Self.dataDirectory(memos: 120, marker: "refused-relay-canary")
+        _ = directory
+        let refusing = ControlledTransport(.fail(DeliveryFailure(.auth, permanent: true)))
+        let first = try TestServer(dataDirectory: data, transport: refusing)
+        #expect(try first.route("POST", "/", headers: [("Content-Type", "text/plain")], body: Array("held".utf8)).status == 204)
+        #expect(first.waitUntil(timeout: 30) { (try? first.outbox.history.counts())?[.held] == 1 })
+        first.stop()
+        try Self.damageAMessagesPage(in: data)
+
+        let server = try TestServer(dataDirectory: data, transport: refusing)
+        defer { server.stop() }
+        #expect(((try Self.health(server))["relay"] as? [String: Any])?["state"] as? String == "refused")
+        #expect(server.waitUntil(timeout: 60) {
+            ((try? Self.health(server))?["storage"] as? [String: Any])?["state"] as? String == "damaged"
+        }, "\(server.logs.captured.suffix(2000))")
+        #expect(refusing.messages.count == 1, "the relay is not tried again at start")
+    }
+
+    /// Damage where `/healthz` itself reads: it still answers (503, `storage_unavailable`) with what it
+    /// knows without reading — the storage damaged, the relay's state — not only "cannot read".
+    @Test func healthzThatCannotReadStillSaysWhy() throws {
+        let (directory, data) = try Self.dataDirectory(memos: 40, marker: "index-canary")
+        _ = directory
+        try Self.damageTheStoppedIndex(in: data)
+        let server = try TestServer(dataDirectory: data)
+        defer { server.stop() }
+        #expect(server.waitUntil(timeout: 60) { server.outbox.damage != nil })
+        let response = try server.route("GET", "/healthz")
+        #expect(response.status == 503)
+        #expect(response.errorCode == "storage_unavailable")
+        let health = try #require(response.json as? [String: Any])
+        #expect(health["status"] as? String == "degraded")
+        let storage = try #require(health["storage"] as? [String: Any])
+        #expect(storage["state"] as? String == "damaged")
+        #expect(storage["since"] is String)
+        #expect((health["relay"] as? [String: Any])?["state"] as? String == "ok")
+        // Memos are still taken and go.
+        #expect(try server.route("POST", "/", headers: [("Content-Type", "text/plain")], body: Array("still taken".utf8)).status == 204)
+        #expect(server.waitUntil(timeout: 30) {
+            server.deliveredFiles().contains { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("still taken") == true }
+        })
     }
 
     /// A read that meets a damaged page before the check has run is taken at its word, and other failures

@@ -78,7 +78,6 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
     /// When the store's pages were last read through for damage (monotonic; nil: not yet).
-    private var lastIntegrityCheck: Int64?
     /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
     /// whose unsynced record of a delivery a power loss may have undone.
     private let startedAt: Int64
@@ -160,13 +159,16 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// a service restarting in a loop does not become a stream of failed logins.
     public func start() throws {
         try transport.prepare()  // the Maildir's folders, say: a path that cannot be used stops the start
-        let recovered = try outbox.recoverInterrupted()
+        // A damaged page under these rows does not stop the start: new memos still go, and /healthz says
+        // what is wrong. (Memos left mid-send are then claimed again once their lease runs out.)
+        let recovered = try outbox.despiteDamage { try $0.recoverInterrupted() } ?? 0
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
         }
         // Shared with other nodes, the held memos may be another node's refusal (its own configuration):
         // this node finds out about its own relay by trying it.
-        let refusedBefore = outbox.leasesAreShared ? nil : try outbox.heldReason(among: DeliveryFailure.relayRefusalKinds)
+        let refusedBefore = outbox.leasesAreShared
+            ? nil : try outbox.despiteDamage { try $0.heldReason(among: DeliveryFailure.relayRefusalKinds) } ?? nil
         control.sync {
             if let refusedBefore {
                 relay.withLock { $0 = .refused(kind: refusedBefore, since: clock.nowMilliseconds()) }
@@ -332,12 +334,6 @@ public final class DeliveryWorker: @unchecked Sendable {
             lastPurge = tick
             try? outbox.purgeSubjects(deliveredBefore: now - configuration.subjectRetentionMilliseconds)
             warnAboutStuckMemos(now: now)
-        }
-        // At start and then daily: every page read once, off this queue (a large outbox takes a while).
-        if lastIntegrityCheck.map({ tick - $0 > Self.integrityCheckIntervalMilliseconds }) ?? true {
-            lastIntegrityCheck = tick
-            let outbox = outbox
-            DispatchQueue.global(qos: .utility).async { outbox.checkIntegrity() }
         }
         // Before the timer: whoever sees the timer armed sees this too.
         if inFlight >= slotCount { coverage.store(Coverage.slotsBusy.rawValue, ordering: .releasing) }
@@ -733,8 +729,6 @@ public final class DeliveryWorker: @unchecked Sendable {
 
     /// How often outcomes that could not be written are tried again.
     static let unrecordedRetryMilliseconds: Int64 = 1000
-    /// How often the store's pages are read through for damage (and once at start).
-    static let integrityCheckIntervalMilliseconds: Int64 = 86_400_000
 
     /// How long after `failures` failed claims in a row the next is tried: 1 s, doubling to a minute.
     static func claimRetryMilliseconds(afterFailures failures: Int) -> Int64 {

@@ -57,16 +57,29 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     /// sends in flight, so a slow send is not taken over while its sender lives.
     var leasesAreShared: Bool { get }
 
-    /// Looks for damaged pages in the store (a node's own SQLite file; PostgreSQL checks its own pages),
-    /// on the calling thread, off the worker's queue.
-    func checkIntegrity()
+    /// Starts looking for damaged pages in the store, now and then daily, on a queue of its own (a node's
+    /// own SQLite file; PostgreSQL checks its own pages); `close` stops it.
+    func startIntegrityChecks()
 
     /// Takes the word of a failed claim or write about the store's pages.
     func noteDamage(_ error: any Error)
 }
 
 extension DeliveryQueue {
-    public func checkIntegrity() {}
+    /// `body`'s result, or nil when it met a damaged page (noted, so `/healthz` says so); other failures
+    /// are thrown. For the steps of a start that must not keep a damaged outbox from taking new memos.
+    func despiteDamage<T>(_ body: (Self) throws -> T) throws -> T? {
+        do {
+            return try body(self)
+        } catch let failure as DatabaseError where failure.meansDamage {
+            noteDamage(failure)
+            return nil
+        }
+    }
+}
+
+extension DeliveryQueue {
+    public func startIntegrityChecks() {}
     public func noteDamage(_ error: any Error) {}
 }
 

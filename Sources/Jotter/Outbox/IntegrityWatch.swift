@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// Whether the outbox database is damaged: pages SQLite cannot read back as it wrote them (a failing
@@ -23,12 +24,43 @@ final class IntegrityWatch: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let found = Mutex<Damage?>(nil)
+    /// Where the checks run: a queue of their own, so no request, no write and no delivery waits for one
+    /// (a cold 100 MB database takes about a second), and a relay that is down or refused delays none.
+    private let checks = DispatchQueue(label: "jotter.integrity", qos: .utility)
+    private let timer = Mutex<(any SchedulerTimer)?>(nil)
 
     init(path: String, vfs: String?, clock: any WallClock, logger: Logger) {
         self.path = path
         self.vfs = vfs
         self.clock = clock
         self.logger = logger
+    }
+
+    /// How often the pages are read through (and once at start).
+    static let intervalMilliseconds: Int64 = 86_400_000
+
+    /// Reads every page now and then every `intervalMilliseconds`, on the checks' own queue.
+    func startChecking(everyMilliseconds interval: Int64 = intervalMilliseconds,
+                       scheduler: any Scheduler = DispatchScheduler()) {
+        let made = scheduler.makeTimer(queue: checks) { [weak self] in
+            guard let self else { return }
+            check()
+            timer.withLock { $0 }?.arm(afterMilliseconds: interval)  // none once stopped
+        }
+        timer.withLock { timer in
+            timer?.cancel()
+            timer = made
+        }
+        made.arm(afterMilliseconds: 0)
+    }
+
+    /// Stops the checks, and waits for one under way (it only reads, on its own connection).
+    func stopChecking() {
+        timer.withLock { timer in
+            defer { timer = nil }
+            return timer
+        }?.cancel()
+        checks.sync {}
     }
 
     /// The damage seen so far, if any.
@@ -58,12 +90,8 @@ final class IntegrityWatch: Sendable {
     /// could not read one (`SQLITE_IOERR_READ`, `_SHORT_READ`). Any other failure says nothing of the pages:
     /// a full disk or quota, a failed write or sync, a lock held too long pass with the next good commit.
     func note(_ error: any Error) {
-        guard let failure = error as? DatabaseError else { return }
-        if failure.storageTrouble == "damaged" {
-            record("damaged", problems: nil)
-        } else if failure.isFailedRead {
-            record("io_error", problems: nil)
-        }
+        guard let failure = error as? DatabaseError, failure.meansDamage else { return }
+        record(failure.isFailedRead ? "io_error" : "damaged", problems: nil)
     }
 
     private func record(_ reason: String, problems: Int?) {

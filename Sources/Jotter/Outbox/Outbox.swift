@@ -104,6 +104,11 @@ public final class Outbox: MessageOutbox {
         integrity.check()
     }
 
+    /// Reads every page now and then daily, on a queue of its own (`IntegrityWatch`); `close` stops it.
+    public func startIntegrityChecks() {
+        integrity.startChecking()
+    }
+
     /// Takes the word of a failed read or write about the database's pages (see `IntegrityWatch.note`).
     public func noteDamage(_ error: any Error) {
         integrity.note(error)
@@ -116,6 +121,7 @@ public final class Outbox: MessageOutbox {
 
     /// Closes the database after the writer has finished what it was given.
     public func close() {
+        integrity.stopChecking()
         database.close()
     }
 

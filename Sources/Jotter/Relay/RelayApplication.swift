@@ -126,6 +126,7 @@ public final class RelayApplication: Sendable {
             // The data directory's lock proves no other process holds a key in flight.
             try service.recoverInterrupted()
             try worker.start()
+            outbox.startIntegrityChecks()
             try server.start()
             // Device secrets, codes and memos in plain HTTP beyond this machine: fine behind a proxy that
             // ends TLS (it is then named with --trust-proxy), or on a private network on purpose — said

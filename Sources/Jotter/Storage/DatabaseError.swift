@@ -48,6 +48,9 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// (Swift does not import those two macros: each is `SQLITE_IOERR | (n << 8)`.)
     public var isFailedRead: Bool { code == SQLITE_IOERR | (1 << 8) || code == SQLITE_IOERR | (2 << 8) }
 
+    /// The pages themselves are in doubt: SQLite cannot make sense of one, or the disk could not read one.
+    public var meansDamage: Bool { storageTrouble == "damaged" || isFailedRead }
+
     /// A short kind for logs: the SQLite result code's name.
     public var kind: String { String(cString: sqlite3_errstr(code)) }
 

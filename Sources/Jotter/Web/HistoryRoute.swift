@@ -124,17 +124,7 @@ struct HistoryRoute: Sendable {
                 // The disk refuses memos (full, read-only, failing): they get 503 until one is stored again.
                 // Damaged pages (memos in them may never go) outrank it: they stay until the file is restored.
                 json.key("storage")
-                json.object { json in
-                    if let damage {
-                        json.field("state", "damaged")
-                        json.field("reason", damage.reason)
-                        json.field("since", Timestamp.iso8601(milliseconds: damage.sinceMilliseconds))
-                    } else {
-                        json.field("state", storage == nil ? "ok" : "failing")
-                        json.field("reason", storage?.reason)
-                        json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
-                    }
-                }
+                Self.write(storage: storage, damage: damage, to: &json)
                 json.key("stuck")
                 json.object { json in
                     json.field("count", Int64(stuck.count))
@@ -156,7 +146,40 @@ struct HistoryRoute: Sendable {
             return .json(200, json.bytes)
         } catch {
             outbox.noteDamage(error)
-            return .error(503, code: "storage_unavailable", message: "The outbox database cannot be read.")
+            // The error, and what is known without reading: why (a damaged page the read met, or a disk that
+            // refuses), and the relay's state, so a monitor and the page can say more than "cannot read".
+            let failing = outbox.storageTrouble
+                ?? Outbox.StorageTrouble(reason: (error as? DatabaseError)?.storageTrouble ?? "other",
+                                  sinceMilliseconds: clock.nowMilliseconds())
+            var json = JSONWriter()
+            json.object { json in
+                json.key("error")
+                json.object { json in
+                    json.field("code", "storage_unavailable")
+                    json.field("message", "The outbox database cannot be read.")
+                }
+                json.field("status", "degraded")
+                json.key("storage")
+                Self.write(storage: failing, damage: outbox.damage, to: &json)
+                json.key("relay")
+                Self.write(relayState(), to: &json)
+            }
+            return .json(503, json.bytes)
+        }
+    }
+
+    /// `/healthz`'s `storage`: damaged pages outrank a disk that refuses, which outranks `ok`.
+    private static func write(storage: Outbox.StorageTrouble?, damage: IntegrityWatch.Damage?, to json: inout JSONWriter) {
+        json.object { json in
+            if let damage {
+                json.field("state", "damaged")
+                json.field("reason", damage.reason)
+                json.field("since", Timestamp.iso8601(milliseconds: damage.sinceMilliseconds))
+            } else {
+                json.field("state", storage == nil ? "ok" : "failing")
+                json.field("reason", storage?.reason)
+                json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
+            }
         }
     }
 
