@@ -2,7 +2,8 @@
 request members NAMES (comma-separated) existed: a JSON body with one of them at its top level is
 answered 400 unknown_field, as such a relay answered it, and every other request is passed on and its
 answer back (one request per connection). Prints the port it bound, then serves until its standard
-input closes. Each refusal is counted as one line `refused NAME` on standard error.
+input closes. Each refusal is counted as one line `refused NAME` on standard error, and each request's
+first line (method, target, version) is written there as `request LINE`, as an access log would keep it.
 
 Usage: older_relay.py UPSTREAM_PORT NAMES
 """
@@ -18,6 +19,7 @@ def handle(client, upstream_port, names):
         request = read_request(client)
         if request is None:
             return
+        print("request " + request.split(b"\r\n", 1)[0].decode("latin-1"), file=sys.stderr, flush=True)
         _, _, body = request.partition(b"\r\n\r\n")
         try:
             members = json.loads(body) if body else {}

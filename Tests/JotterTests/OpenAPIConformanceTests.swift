@@ -488,7 +488,8 @@ import Testing
         let authenticated: [(String, String, String?)] = [
             ("GET", "/v1/destinations", nil), ("POST", "/v1/destinations", "{\"address\":\"\(address)\"}"),
             ("POST", "/v1/destinations/confirm", "{\"address\":\"\(address)\",\"code\":\"123456\"}"),
-            ("DELETE", "/v1/destinations/\(address)", nil), ("DELETE", "/v1/devices/me", nil),
+            ("DELETE", "/v1/destinations/\(address)", nil), ("POST", "/v1/destinations/forget", "{\"address\":\"\(address)\"}"),
+            ("DELETE", "/v1/devices/me", nil),
             ("POST", "/v1/messages", "{\"to\":\"\(address)\",\"body\":\"x\"}"), ("GET", "/v1/messages/\(id)", nil),
             ("POST", "/v1/messages/\(id)/retry", nil),
         ]
@@ -507,12 +508,27 @@ import Testing
                     is: 429, code: "too_many_attempts")
 
         // Forgetting, revoking, and the revoked secret.
+        func forget(_ body: String) throws -> RawHTTP.Response { try call("POST", "/v1/destinations/forget", secret: secret, body) }
+        spec.expect("POST", "/v1/destinations/forget", try forget("{\"address\":\"nope\"}"), is: 400, code: "invalid_address")
+        spec.expect("POST", "/v1/destinations/forget", try forget("{\"address\":\"\(address)\",\"x\":1}"),
+                    is: 400, code: "unknown_field")
+        spec.expect("POST", "/v1/destinations/forget", try forget("{\"address\":\"\(other)\"}"),
+                    is: 404, code: "destination_not_found")
+        spec.expect("POST", "/v1/destinations/forget",
+                    try relay.route("POST", "/v1/destinations/forget",
+                                    headers: [("Authorization", "Bearer \(secret)"), ("Content-Type", "text/plain")],
+                                    body: Array("{\"address\":\"\(address)\"}".utf8)),
+                    is: 415, code: "unsupported_media_type")
         spec.expect("DELETE", "/v1/destinations/{address}", try call("DELETE", "/v1/destinations/nope", secret: secret),
                     is: 400, code: "invalid_address")
         spec.expect("DELETE", "/v1/destinations/{address}", try call("DELETE", "/v1/destinations/\(other)", secret: secret),
                     is: 404, code: "destination_not_found")
         spec.expect("DELETE", "/v1/destinations/{address}", try call("DELETE", "/v1/destinations/\(address)", secret: secret),
                     is: 204)
+        // A pending address (a code asked for, none typed) is forgotten too.
+        let third = "cy@example.com"
+        #expect(try call("POST", "/v1/destinations", secret: secret, "{\"address\":\"\(third)\"}").status == 202)
+        spec.expect("POST", "/v1/destinations/forget", try forget("{\"address\":\"\(third)\"}"), is: 204)
         spec.expect("DELETE", "/v1/devices/me", try call("DELETE", "/v1/devices/me", secret: secret), is: 204)
         spec.expect("POST", "/v1/devices", try call("POST", "/v1/devices", "{\"secret\":\"\(secret)\"}"),
                     is: 409, code: "secret_revoked")

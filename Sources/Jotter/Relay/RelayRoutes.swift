@@ -26,6 +26,16 @@ struct RelayRoutes: Sendable {
         add(&router, "GET", "/v1/destinations") { request, _, respond in
             authenticated(request, respond) { device in respond(destinations(device: device)) }
         }
+        // The address in the body, so no proxy's or server's access log in front of the relay has it.
+        add(&router, "POST", "/v1/destinations/forget") { request, _, respond in
+            authenticated(request, respond) { device in
+                switch RelayJSON.object(request, allowed: ["address"]).flatMap({ $0.address("address") }) {
+                case .success(let address): respond(removeDestination(address, device: device))
+                case .failure(let error): respond(error.response)
+                }
+            }
+        }
+        // The same, from before: the address in the path.
         add(&router, "DELETE", "/v1/destinations/{address}") { request, parameters, respond in
             authenticated(request, respond) { device in
                 respond(removeDestination(parameters["address"] ?? "", device: device))
@@ -64,7 +74,11 @@ struct RelayRoutes: Sendable {
         guard let address = DestinationAddress(text) else {
             return .error(400, code: "invalid_address", message: "That is not an email address this relay can send to.")
         }
-        return answering {
+        return removeDestination(address, device: device)
+    }
+
+    private func removeDestination(_ address: DestinationAddress, device: String) -> HTTPResponse {
+        answering {
             try service.removeDestination(deviceID: device, address: address)
                 ? HTTPResponse(status: 204)
                 : .error(404, code: "destination_not_found", message: "This device has no such address.")

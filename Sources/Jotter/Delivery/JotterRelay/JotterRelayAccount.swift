@@ -207,9 +207,12 @@ final class JotterRelayAccount: Sendable {
             // The address memos went to until now is of no more use: the relay forgets it too (best
             // effort: this answer stands either way, and the relay sends only where it is asked to).
             // Not when only its case changed: the relay knows both spellings as one address, the one
-            // just verified.
+            // just verified. The address goes in the body, never in a URL a proxy's log keeps; a relay
+            // from before that route keeps the old address (no fallback to its `DELETE` by path).
             if let previous, Self.identity(previous) != Self.identity(pending) {
-                _ = try? call("/v1/destinations/" + Self.pathSegment(previous), method: "DELETE")
+                var forget = JSONWriter()
+                forget.object { $0.field("address", previous) }
+                _ = try? call("/v1/destinations/forget", json: forget.bytes)
             }
         }
         return answer
@@ -218,23 +221,6 @@ final class JotterRelayAccount: Sendable {
     /// What the relay tells addresses apart by (`DestinationAddress.normalized`: case does not count).
     static func identity(_ address: String) -> String {
         DestinationAddress(address)?.normalized ?? address.lowercased()
-    }
-
-    /// `text` as one path segment: every byte but letters, digits, `-._~` and `@` percent-encoded.
-    static func pathSegment(_ text: String) -> String {
-        var segment = ""
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                 UInt8(ascii: "~"), UInt8(ascii: "@"):
-                segment.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
-                segment += "%" + String(byte >> 4, radix: 16, uppercase: true)
-                    + String(byte & 0x0F, radix: 16, uppercase: true)
-            }
-        }
-        return segment
     }
 
     /// Memo `memo`'s handover, if a relay took it (this one, or another this composer used before).
