@@ -246,6 +246,76 @@ struct ComposerRelayTests {
         #expect(try pair.entry(id)["status"] as? String == "failed", "still not taken for delivered")
     }
 
+    /// The relay's one device, by id (read from its store).
+    static func relayDevices(_ pair: Pair) throws -> [String] {
+        try pair.relay.outbox.database.read { database in
+            try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
+        }
+    }
+
+    /// The relay lost the verified address (forgotten there) while a code for another address is on its
+    /// way: the memo waits `unverified`, and the other address stays pending — the code in that inbox is
+    /// still the one to type. Typing it sends the memo there.
+    @Test func aLostVerificationKeepsTheCodeMailedForAnotherAddress() throws {
+        let pair = try Pair(.sqlite)
+        defer { pair.stop() }
+        try pair.verify()
+        let next = "bo@example.com"
+        let known = try pair.relay.mailFiles(to: next)
+        let asked = try pair.page("POST", "/destination", ["address": next, "language": "en"])
+        #expect(asked.status == 202, "\(asked.status) \(asked.text)")
+        let devices = try Self.relayDevices(pair)
+        #expect(devices.count == 1)
+        let verified = try #require(DestinationAddress(ComposerRelayTests.address))
+        for device in devices { #expect(try pair.relay.application.service.removeDestination(deviceID: device, address: verified)) }
+
+        let id = try pair.post("memo after the relay lost the address")
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["last_error"] as? String == "unverified" },
+                "\((try? pair.entry(id)) ?? [:])")
+        let destination = try #require(try pair.page("GET", "/destination").json as? [String: Any])
+        #expect(destination["state"] as? String == "pending" && destination["pending"] as? String == next, "\(destination)")
+        let confirmed = try pair.page("POST", "/destination/confirm", ["code": try pair.relay.newCode(to: next, known: known)])
+        #expect(confirmed.status == 200, "\(confirmed.status) \(confirmed.text)")
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(TestServer.waitUntil(timeout: 20) { (try? pair.delivered(to: next).count) == 1 })
+    }
+
+    /// A registration whose answer was lost proposes the same secret again; if that device was revoked
+    /// meanwhile, the relay answers `409 secret_revoked`. The composer proposes a new secret: the memo
+    /// waits for the new device's verification (`unverified`), it does not fail.
+    @Test func aRevokedProposedSecretIsReplacedNotFailed() throws {
+        // The relay's minute between two codes for one address would refuse the second verification.
+        var pair = try Pair(.sqlite) { $0.codes.cooldownMilliseconds = 0 }
+        defer { pair.stop() }
+        try pair.verify()
+        let first = try pair.post("memo from the first device")
+        #expect(try pair.composer.waitUntil(timeout: 20) { try pair.entry(first)["status"] as? String == "sent" })
+        // What a lost registration answer leaves: the secret kept only as the one proposed.
+        let settings = pair.composer.outbox.settings
+        let stored = try #require(try pair.composer.outbox.database.read { database in
+            try database.statement("SELECT name FROM settings WHERE name LIKE 'sealed.jotter_relay[%].secret'")
+                .firstRow { $0.text(0) } ?? nil
+        })
+        let secretName = String(stored.dropFirst(SettingsStore.sealedPrefix.count))
+        let proposedName = String(secretName.dropLast("secret".count)) + "proposed_secret"
+        let secret = try #require(try settings.readSealed(secretName))
+        try settings.writeSealed(proposedName, value: secret)
+        try settings.writeSealed(secretName, value: nil)
+        pair.composer.stop()
+        for device in try Self.relayDevices(pair) { try pair.relay.application.service.revoke(deviceID: device) }
+        pair.composer = try Pair.composer(pair.composerDirectory.path, relayPort: pair.relay.port)
+
+        let second = try pair.post("memo after the revocation")
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(second)["last_error"] as? String == "unverified" },
+                "\((try? pair.entry(second)) ?? [:])")
+        #expect(try pair.entry(second)["status"] as? String == "held")
+        #expect(try pair.devices() == 2, "registered once more, with a new secret")
+        try pair.verify()
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(second)["status"] as? String == "sent" },
+                "\((try? pair.entry(second)) ?? [:])")
+    }
+
     /// The same, when the handover was recorded late: another delivery met the relay's `401` and registered
     /// anew between this memo's `202` (as the old device) and its record, so the re-registration's marking
     /// missed it. The handover names the device that made it, and the new device's `404` for it is still no
