@@ -2,9 +2,11 @@
 answers every request itself with 401 and an HTML login page (as a proxy's login wall or a maintenance
 page does), and otherwise passes each request on and its answer back (one request per connection).
 While the file DROP exists (optional), it passes each request on and loses the answer (hangs up).
-Prints the port it bound, then serves until its standard input closes.
+While the file BUSY exists (optional), it answers every request itself with 503, a JSON error and
+Retry-After: 1 (a relay restarting, or overloaded). Prints the port it bound, then serves until its
+standard input closes.
 
-Usage: login_wall.py UPSTREAM_PORT WALL [DROP]
+Usage: login_wall.py UPSTREAM_PORT WALL [DROP [BUSY]]
 """
 import os
 import sys
@@ -15,7 +17,10 @@ from fixture_lifetime import serve_connections
 WALL_PAGE = b"<html><body><form>Sign in to continue</form></body></html>"
 
 
-def handle(client, upstream_port, wall, drop):
+BUSY_ANSWER = b'{"error":{"code":"unavailable","message":"Try again shortly."}}'
+
+
+def handle(client, upstream_port, wall, drop, busy):
     with client:
         request = read_request(client)
         if request is None:
@@ -24,6 +29,10 @@ def handle(client, upstream_port, wall, drop):
             client.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/html\r\nWWW-Authenticate: Basic realm=\"proxy\"\r\n"
                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(WALL_PAGE) + WALL_PAGE)
             return
+        if busy is not None and os.path.exists(busy):
+            client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(BUSY_ANSWER) + BUSY_ANSWER)
+            return
         dropping = drop is not None and os.path.exists(drop)
         for chunk in forward(request, upstream_port):
             if not dropping:
@@ -31,7 +40,8 @@ def handle(client, upstream_port, wall, drop):
 
 
 def main():
-    serve_connections(handle, int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    serve_connections(handle, int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None,
+                      sys.argv[4] if len(sys.argv) > 4 else None)
 
 
 if __name__ == "__main__":

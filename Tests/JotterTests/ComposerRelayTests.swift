@@ -409,6 +409,42 @@ struct ComposerRelayTests {
         #expect(try pair.composer.waitUntil(timeout: 10) { try relayState() == "ok" }, "\((try? relayState()) ?? nil)")
     }
 
+    /// While the relay holds the memo, answers that say nothing of it — a relay busy for a while (503) —
+    /// leave `/healthz` saying "held": it does not flap to "ok" between two questions.
+    @Test func theHeldStateStaysThroughAnswersThatSayNothing() throws {
+        var pair = try Pair(.sqlite, steered: true) { $0.delivery.refusedRetestMilliseconds = 300 }
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        let busy = pair.relayDirectory.file("busy")
+        let proxy = try FixtureProcess(script: "login_wall.py",
+                                       arguments: [String(pair.relay.port), pair.relayDirectory.file("wall"),
+                                                   pair.relayDirectory.file("drop"), busy],
+                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        defer { proxy.stop() }
+        pair.composer.stop()
+        pair.composer = try Pair.composer(pair.composerDirectory.file("proxied"), relayPort: proxy.port)
+        try pair.verify()
+        mail.fail(with: DeliveryFailure(.auth, permanent: true))
+        let id = try pair.post("memo the relay holds while it is busy")
+        func relayState() throws -> String? {
+            ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
+        }
+        #expect(try pair.composer.waitUntil(timeout: 30) { try relayState() == "held" })
+        let before = try pair.entry(id)["attempts"] as? Int ?? 0
+        #expect(FileManager.default.createFile(atPath: busy, contents: Data()))
+        var seen = Set<String>()
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            seen.insert(try relayState() ?? "none")
+            return (try pair.entry(id)["attempts"] as? Int ?? 0) >= before + 2
+        }, "\((try? pair.entry(id)) ?? [:])")
+        #expect(seen == ["held"], "\(seen)")
+        try FileManager.default.removeItem(atPath: busy)
+        mail.release()
+        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.composer.waitUntil(timeout: 10) { try relayState() == "ok" })
+    }
+
     /// A memo the relay it was handed to still holds is that relay's to deliver: pointing the composer
     /// at another relay meanwhile must not post it there too. Once a memo is `sent`, its handover is
     /// forgotten.
