@@ -667,7 +667,7 @@ import Synchronization
                     print(method.upper(), path)
             """, arguments: [Repository.root + "/openapi-relay.yaml"])
             .split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
-        #expect(operations.count == 9)
+        #expect(operations.count == 10)
         let directory = TemporaryDirectory()
         let relay = try RelayServer(dataDirectory: directory.file("relay"))
         defer { relay.stop() }
