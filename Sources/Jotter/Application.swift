@@ -192,11 +192,15 @@ public final class Application: Sendable {
     public func start() throws {
         do {
             let relay = Array((configuration.relay ?? "maildir:default").utf8)
-            if try outbox.settings.changed("relay", fingerprint: relay),
-               let count = try outbox.despiteDamage({
-                   try $0.requeueFailed() + $0.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
-               }) {
-                logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
+            if try outbox.settings.changed("relay", fingerprint: relay) {
+                if let count = try outbox.despiteDamage({
+                    try $0.requeueFailed() + $0.releaseHeld(reasons: DeliveryFailure.relayRefusalKinds)
+                }) {
+                    logger.notice("relay configuration changed; failed memos re-queued", metadata: ["count": "\(count)"])
+                } else {
+                    logger.warning("relay configuration changed, but failed and held memos were not re-queued: the "
+                                   + "outbox database is damaged (Retry in History re-queues each)")
+                }
             }
             try worker.start()
             outbox.startIntegrityChecks()

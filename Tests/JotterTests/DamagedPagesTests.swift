@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 import Testing
 @testable import Jotter
 
@@ -36,8 +37,13 @@ import Testing
     /// Overwrites the one page of the index of failed and held memos, which `/healthz` reads to count them
     /// (and an accept does not write: new memos still go).
     static func damageTheStoppedIndex(in data: String) throws {
+        try damage(in: data, index: "messages_stopped")
+    }
+
+    /// Overwrites the one page of `index` (small: one page).
+    static func damage(in data: String, index: String) throws {
         try damage(in: data) { database in
-            let pages = try database.statement("SELECT pageno FROM dbstat WHERE name = 'messages_stopped'").rows { $0.int64(0) }
+            let pages = try database.statement("SELECT pageno FROM dbstat WHERE name = ?").rows([.text(index)]) { $0.int64(0) }
             #expect(pages.count == 1, "\(pages)")
             return try #require(pages.first)
         }
@@ -144,6 +150,46 @@ import Testing
         #expect(server.waitUntil(timeout: 30) {
             server.deliveredFiles().contains { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("still taken") == true }
         })
+    }
+
+    /// Damage under what every claim reads (the memos being sent, by lease): the start fails, as a server
+    /// that cannot claim would answer 204 for memos it could never deliver (the phones keep them).
+    @Test func damageUnderTheClaimsStopsTheStart() throws {
+        let (directory, data) = try Self.dataDirectory(memos: 10, marker: "in-flight")
+        _ = directory
+        try Self.damage(in: data, index: "messages_in_flight")
+        #expect(throws: DatabaseError.self) { _ = try TestServer(dataDirectory: data) }
+    }
+
+    /// A check under way stops when the outbox closes (a large file on a failing disk can take minutes):
+    /// SQLite's interrupt, from another thread, ends the statement a connection is running.
+    @Test func aLongReadIsInterruptedFromAnotherThread() throws {
+        let directory = TemporaryDirectory()
+        let database = try Database(path: directory.file("long.db"))
+        let interrupter = database.interrupter
+        let done = Mutex(false)
+        DispatchQueue.global().async {
+            // Over and over: an interrupt while no statement runs yet is nothing.
+            while !done.withLock({ $0 }) {
+                interrupter.interrupt()
+                usleep(20_000)
+            }
+        }
+        defer {
+            done.withLock { $0 = true }
+            database.close()
+        }
+        // Hours of counting, unless interrupted.
+        let error = #expect(throws: DatabaseError.self) {
+            try database.statement("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000000) "
+                                   + "SELECT count(*) FROM c").rows { $0.int64(0) }
+        }
+        #expect(error?.code == SQLITE_INTERRUPT)
+        let watch = IntegrityWatch(path: directory.file("long.db"), vfs: nil, clock: SystemClock(),
+                                   logger: Logger(label: "test", sink: .memory()))
+        watch.startChecking()
+        watch.stopChecking()
+        #expect(watch.damage == nil, "an interrupted check is no damage")
     }
 
     /// A read that meets a damaged page before the check has run is taken at its word, and other failures

@@ -77,7 +77,6 @@ public final class DeliveryWorker: @unchecked Sendable {
     // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
-    /// When the store's pages were last read through for damage (monotonic; nil: not yet).
     /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
     /// whose unsynced record of a delivery a power loss may have undone.
     private let startedAt: Int64
@@ -159,14 +158,15 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// a service restarting in a loop does not become a stream of failed logins.
     public func start() throws {
         try transport.prepare()  // the Maildir's folders, say: a path that cannot be used stops the start
-        // A damaged page under these rows does not stop the start: new memos still go, and /healthz says
-        // what is wrong. (Memos left mid-send are then claimed again once their lease runs out.)
-        let recovered = try outbox.despiteDamage { try $0.recoverInterrupted() } ?? 0
+        // Not despite damage: what this reads, every claim reads too; a server that cannot claim must not
+        // start and answer 204 for memos it cannot deliver.
+        let recovered = try outbox.recoverInterrupted()
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
         }
         // Shared with other nodes, the held memos may be another node's refusal (its own configuration):
-        // this node finds out about its own relay by trying it.
+        // this node finds out about its own relay by trying it. A damaged page under the memos given up on
+        // (which no claim reads) does not stop the start: new memos still go, and /healthz says what is wrong.
         let refusedBefore = outbox.leasesAreShared
             ? nil : try outbox.despiteDamage { try $0.heldReason(among: DeliveryFailure.relayRefusalKinds) } ?? nil
         control.sync {

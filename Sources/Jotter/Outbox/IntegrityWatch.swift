@@ -28,6 +28,8 @@ final class IntegrityWatch: Sendable {
     /// (a cold 100 MB database takes about a second), and a relay that is down or refused delays none.
     private let checks = DispatchQueue(label: "jotter.integrity", qos: .utility)
     private let timer = Mutex<(any SchedulerTimer)?>(nil)
+    /// Whether the checks were stopped, and the connection of the one under way, to interrupt at stop.
+    private let running = Mutex<(stopped: Bool, check: Database.Interrupter?)>((false, nil))
 
     init(path: String, vfs: String?, clock: any WallClock, logger: Logger) {
         self.path = path
@@ -51,15 +53,21 @@ final class IntegrityWatch: Sendable {
             timer?.cancel()
             timer = made
         }
+        running.withLock { $0.stopped = false }
         made.arm(afterMilliseconds: 0)
     }
 
-    /// Stops the checks, and waits for one under way (it only reads, on its own connection).
+    /// Stops the checks: one under way is interrupted (a large file on a failing disk can take minutes, and
+    /// a service manager does not wait that long for a stop), and waited for.
     func stopChecking() {
         timer.withLock { timer in
             defer { timer = nil }
             return timer
         }?.cancel()
+        running.withLock { running in
+            running.stopped = true
+            running.check?.interrupt()
+        }
         checks.sync {}
     }
 
@@ -72,7 +80,15 @@ final class IntegrityWatch: Sendable {
     func check() -> Damage? {
         do {
             let connection = try Database(path: path, vfs: vfs)
-            defer { connection.close() }
+            defer {
+                running.withLock { $0.check = nil }  // never interrupted once closed
+                connection.close()
+            }
+            let started = running.withLock { running in
+                if !running.stopped { running.check = connection.interrupter }
+                return !running.stopped
+            }
+            guard started else { return damage }
             try connection.execute("PRAGMA busy_timeout = 5000")
             // At most 100 problems are listed: one is enough to know, and their text is not kept (it names
             // pages and tables only, but a log line says what kind, not what text).

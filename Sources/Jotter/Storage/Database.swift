@@ -48,6 +48,20 @@ public final class Database {
 
     private var isClosed = false
 
+    /// Stops what runs on a connection, from another thread: the statement under way ends with
+    /// `SQLITE_INTERRUPT`. `@unchecked`: `sqlite3_interrupt` is the one call SQLite makes safe from any
+    /// thread; its holder must not use it once the connection is closed.
+    public struct Interrupter: @unchecked Sendable {
+        fileprivate let connection: OpaquePointer
+
+        public func interrupt() {
+            sqlite3_interrupt(connection)
+        }
+    }
+
+    /// This connection's interrupter (valid until `close`).
+    public var interrupter: Interrupter { Interrupter(connection: connection) }
+
     /// Finalizes cached statements and closes the connection; further use is a programming error.
     public func close() {
         guard !isClosed else { return }

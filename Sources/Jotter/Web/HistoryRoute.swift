@@ -148,9 +148,8 @@ struct HistoryRoute: Sendable {
             outbox.noteDamage(error)
             // The error, and what is known without reading: why (a damaged page the read met, or a disk that
             // refuses), and the relay's state, so a monitor and the page can say more than "cannot read".
-            let failing = outbox.storageTrouble
-                ?? Outbox.StorageTrouble(reason: (error as? DatabaseError)?.storageTrouble ?? "other",
-                                  sinceMilliseconds: clock.nowMilliseconds())
+            // Failing since the first memo the disk refused; else only this read failed (since: null).
+            let trouble = outbox.storageTrouble
             var json = JSONWriter()
             json.object { json in
                 json.key("error")
@@ -160,7 +159,15 @@ struct HistoryRoute: Sendable {
                 }
                 json.field("status", "degraded")
                 json.key("storage")
-                Self.write(storage: failing, damage: outbox.damage, to: &json)
+                if outbox.damage == nil, trouble == nil {
+                    json.object { json in
+                        json.field("state", "failing")
+                        json.field("reason", (error as? DatabaseError)?.storageTrouble ?? "other")
+                        json.field("since", nil as String?)
+                    }
+                } else {
+                    Self.write(storage: trouble, damage: outbox.damage, to: &json)
+                }
                 json.key("relay")
                 Self.write(relayState(), to: &json)
             }
