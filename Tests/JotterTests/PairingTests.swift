@@ -617,6 +617,50 @@ import Testing
         #expect(throws: CommandLineOptions.UsageError.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .revoke("")) }
     }
 
+    /// Revoked devices (a phone that paired again at a new address left its old one) can be forgotten:
+    /// gone from the list, one by id or all at once; a paired one must be revoked first. Its phone is then
+    /// "not paired" (it was "unpaired"), and the link's lost-answer retry gets no token for a device gone.
+    @Test func revokedDevicesCanBeForgotten() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try TestServer(dataDirectory: data).stop()
+        let phones = try DevicesCommand.withRegistry(dataDirectory: data, credentialsDirectory: nil) { registry in
+            try ["Old phone", "Older phone", "Phone"].map { name -> (id: String, token: String, link: String) in
+                let link = try registry.issuePairingToken().token
+                guard case .paired(let device, let token) = try registry.pair(pairingToken: link, deviceName: name,
+                                                                                request: "request-\(name.count)-abcdefgh") else {
+                    throw NotPaired()
+                }
+                return (device.id, token, link)
+            }
+        }
+        let (old, older, kept) = (phones[0], phones[1], phones[2])
+        #expect {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .forget(String(kept.id.prefix(8))))
+        } throws: { "\($0)".contains("is still paired: revoke it first") }
+        for phone in [old, older] { _ = try DevicesCommand.run(dataDirectory: data, action: .revoke(phone.id)) }
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .forget(String(old.id.prefix(8))))
+                == "Forgot Old phone (\(old.id.prefix(8))).")
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .forget(nil)) == "Forgot Older phone (\(older.id.prefix(8))).")
+        #expect(try DevicesCommand.run(dataDirectory: data, action: .forget(nil)) == "No revoked devices.")
+        #expect(throws: CommandLineOptions.UsageError.self) {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .forget(String(old.id.prefix(8))))
+        }
+        let listed = try DevicesCommand.run(dataDirectory: data, action: .list)
+        #expect(listed.contains("Phone") && !listed.contains("Old phone") && !listed.contains("Older phone"), "\(listed)")
+        try DevicesCommand.withRegistry(dataDirectory: data, credentialsDirectory: nil) { registry in
+            if case .unknown = registry.check(deviceToken: old.token) {} else { Issue.record("the forgotten phone is still known") }
+            if case .valid = registry.check(deviceToken: kept.token) {} else { Issue.record("the paired phone lost its pairing") }
+            let retried = try registry.pair(pairingToken: old.link, deviceName: "Old phone", request: "request-9-abcdefgh")
+            if case .used = retried {} else { Issue.record("the link of a forgotten device: \(retried)") }
+        }
+        // From the command line, as a person types it.
+        let all = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", data, "forget", "--all-revoked"])
+        #expect(all.status == 0 && all.standardOutput.contains("No revoked devices."), "\(all.standardError)")
+        let active = try LiveServerTests.JotterBinary.run(["devices", "--data-dir", data, "forget", String(kept.id.prefix(8))])
+        #expect(active.status != 0 && active.standardError.contains("revoke it first"), "\(active.standardError)")
+    }
+
     /// A phone paired with `registry`: its device, its token, and what `last_seen_at` the database holds.
     static func pairedPhone(_ registry: DeviceRegistry, _ outbox: Outbox) throws
         -> (device: DeviceRegistry.Device, token: String, stored: () throws -> Int64?) {

@@ -8,7 +8,7 @@ public enum CommandLineOptions {
         case help(String)
         /// Serve with this configuration.
         case serve(Configuration)
-        /// List, rename or revoke paired LAN devices.
+        /// List, rename, revoke or forget paired LAN devices.
         case devices(dataDirectory: String, action: DevicesCommand.Action)
         /// Print a fresh pairing link for the running LAN-mode server.
         case pair(dataDirectory: String)
@@ -43,8 +43,9 @@ public enum CommandLineOptions {
           jotter pair [--data-dir PATH]
                                      a fresh one-time pairing link + QR code for the running
                                      LAN-mode server (10 minutes; any number may be issued)
-          jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID]
-                                     the phones paired in LAN mode; rename one, or revoke its token
+          jotter devices [--data-dir PATH] [list | rename ID NAME | revoke ID | forget ID|--all-revoked]
+                                     the phones paired in LAN mode; rename one, revoke its token,
+                                     or forget revoked ones (gone from the list)
           jotter send [-s SUBJECT] [-f FILE] [--url URL] [--token T] [--ca FILE] [--retry-for S]
                       [--key KEY] [--quiet|--json] [TEXT…]
                                      send a memo to the running server (stdin when no TEXT/FILE);
@@ -527,6 +528,9 @@ public enum CommandLineOptions {
             guard words.count >= 3 else { throw UsageError(description: "usage: jotter devices rename ID NAME") }
             return .devices(dataDirectory: dataDirectory,
                             action: .rename(words[1], words.dropFirst(2).joined(separator: " ")))
+        case "forget":
+            guard words.count == 2 else { throw UsageError(description: "usage: jotter devices forget ID|--all-revoked") }
+            return .devices(dataDirectory: dataDirectory, action: .forget(words[1] == "--all-revoked" ? nil : words[1]))
         default:
             throw UsageError(description: "unknown devices command '\(words[0].prefix(40))'")
         }

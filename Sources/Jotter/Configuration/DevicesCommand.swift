@@ -1,6 +1,6 @@
 import Glibc
 
-/// `jotter devices`: lists paired LAN devices, renames or revokes one, on a data directory (while the
+/// `jotter devices`: lists paired LAN devices, renames or revokes one, forgets revoked ones, on a data directory (while the
 /// server runs or not: SQLite arbitrates).
 public enum DevicesCommand {
     /// What to do.
@@ -8,6 +8,8 @@ public enum DevicesCommand {
         case list
         case revoke(String)
         case rename(String, String)
+        /// Deletes a revoked device from the list (nil: every revoked one).
+        case forget(String?)
     }
 
     /// Runs `action`; returns the text to print.
@@ -42,6 +44,17 @@ public enum DevicesCommand {
                         description: "no single device matches '\(id.prefix(40))'")
                 }
                 return "Renamed to \(stored)."
+            case .forget(let id):
+                switch try registry.forget(id: id) {
+                case .forgotten(let devices):
+                    if devices.isEmpty { return "No revoked devices." }
+                    return devices.map { "Forgot \($0.name) (\($0.id.prefix(8)))." }.joined(separator: "\n")
+                case .active(let device):
+                    throw CommandLineOptions.UsageError(description: "\(device.name) (\(device.id.prefix(8))) is still "
+                        + "paired: revoke it first (jotter devices revoke \(device.id.prefix(8)))")
+                case .noMatch:
+                    throw CommandLineOptions.UsageError(description: "no single device matches '\(id?.prefix(40) ?? "")'")
+                }
             }
         }
     }

@@ -320,6 +320,42 @@ public final class DeviceRegistry: Sendable {
         }
     }
 
+    /// What `forget` did.
+    public enum Forgetting: Sendable, Equatable {
+        /// These revoked devices are gone from the list.
+        case forgotten([Device])
+        /// The one device `id` names is still paired: it is revoked first.
+        case active(Device)
+        /// No single device matches.
+        case noMatch
+    }
+
+    /// Deletes revoked devices from the list: the one `id` (or its unique prefix) names, or, with nil, every
+    /// revoked one. An active device is not forgotten (it must be revoked first). Its phone, if it comes
+    /// back, is then told "not paired" rather than "unpaired", and pairs again like any other.
+    public func forget(id: String?) throws -> Forgetting {
+        try database.write { database in
+            let columns = "SELECT id, name, created_at, last_seen_at, revoked_at FROM devices"
+            let devices: [Device]
+            if let id {
+                guard let match = try uniqueMatch(database, id: id, activeOnly: false),
+                      let device = try database.statement(columns + " WHERE id = ?").firstRow([.text(match)], { Self.device($0) })
+                else { return .noMatch }
+                guard device.revokedAt != nil else { return .active(device) }
+                devices = [device]
+            } else {
+                devices = try database.statement(columns + " WHERE revoked_at IS NOT NULL ORDER BY created_at DESC")
+                    .rows { Self.device($0) }
+            }
+            for device in devices {
+                try database.run("DELETE FROM devices WHERE id = ? AND revoked_at IS NOT NULL", [.text(device.id)])
+                // A lost answer's retry of the link that made it gets "already used", not a token for nothing.
+                try database.run("UPDATE pairing_tokens SET device_id = NULL WHERE device_id = ?", [.text(device.id)])
+            }
+            return .forgotten(devices)
+        }
+    }
+
     /// A device's name as stored and listed: one line, at most 60 characters, without the bidirectional
     /// embeddings, overrides and isolates (U+202A–202E, U+2066–2069) that would turn the rest of a
     /// `jotter devices` line, or the page's list, around (a name that shows as another's).
