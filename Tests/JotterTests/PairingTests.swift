@@ -509,6 +509,26 @@ import Testing
     func names(agent: String, model: String?, platform: String?, expected: String) {
         #expect(DeviceName.from(userAgent: agent, model: model, platform: platform) == expected)
     }
+
+    /// An iPad's Safari says it is a Mac; the page says it has a touch screen (no Mac has one), and it is
+    /// named "iPad" — through `POST /pair` as the page sends it.
+    @Test func anIPadThatSaysItIsAMacIsAnIPad() throws {
+        let desktop = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 Version/18.0 Safari/605.1.15"
+        #expect(DeviceName.from(userAgent: desktop, model: nil, platform: nil, touch: true) == "iPad")
+        #expect(DeviceName.from(userAgent: desktop, model: nil, platform: nil, touch: false) == "Mac — Safari")
+        #expect(DeviceName.from(userAgent: PairingTests.pixel, model: nil, platform: nil, touch: true) == "Android — Pixel 8")
+
+        let directory = TemporaryDirectory()
+        let server = try PairingTests.lanServer(directory)
+        defer { server.stop() }
+        for (touch, expected) in [(true, "iPad"), (false, "Mac — Safari")] {
+            let token = try #require(try PairingTests.newLink(server)["token"] as? String)
+            let paired = try server.route("POST", "/pair", headers: [("Content-Type", "application/json"), ("User-Agent", desktop)],
+                                          body: Array("{\"pairing_token\":\"\(token)\",\"touch\":\(touch)}".utf8))
+            #expect(paired.status == 201, "\(paired.text)")
+            #expect((paired.json as? [String: Any])?["name"] as? String == expected, "\(paired.text)")
+        }
+    }
 }
 
 @Suite struct ListeningLineTests {

@@ -3,19 +3,22 @@
 /// (`Sec-CH-UA-Model`, `Sec-CH-UA-Platform`, which Chromium sends over HTTPS once the page asked with
 /// `Accept-CH`). Nothing here is trusted: it is a label, and `jotter devices rename` changes it.
 enum DeviceName {
-    /// The name for a device whose requests carry `headers`.
-    static func from(_ headers: HTTPHeaders) -> String {
+    /// The name for a device whose requests carry `headers`; `touch` when its page says it has a touch
+    /// screen.
+    static func from(_ headers: HTTPHeaders, touch: Bool = false) -> String {
         from(userAgent: headers["User-Agent"] ?? "", model: headers["Sec-CH-UA-Model"],
-             platform: headers["Sec-CH-UA-Platform"])
+             platform: headers["Sec-CH-UA-Platform"], touch: touch)
     }
 
     /// The name for a device with this User-Agent and client hints.
-    static func from(userAgent: String, model: String?, platform: String?) -> String {
+    static func from(userAgent: String, model: String?, platform: String?, touch: Bool = false) -> String {
         let hintedModel = model.map(unquoted).flatMap { $0.isEmpty ? nil : $0 }
         let hintedPlatform = platform.map(unquoted).flatMap { $0.isEmpty ? nil : $0 }
         let agent = userAgent
         if agent.contains("iPhone") { return "iPhone" }
         if agent.contains("iPad") { return "iPad" }
+        // An iPad's browsers ask for desktop sites and say "Macintosh"; no Mac has a touch screen.
+        if touch && agent.contains("Macintosh") && hintedPlatform == nil { return "iPad" }
         if agent.contains("Android") || hintedPlatform == "Android" {
             guard let model = hintedModel ?? androidModel(agent) else { return "Android" }
             return "Android — " + model

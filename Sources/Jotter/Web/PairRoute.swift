@@ -114,7 +114,7 @@ struct PairRoute: Sendable {
             return refusal
         }
         let given = body["name"]?.string.map { SubjectLine.sanitized($0) } ?? ""
-        let name = given.isEmpty ? DeviceName.from(request.headers) : given
+        let name = given.isEmpty ? DeviceName.from(request.headers, touch: body["touch"] == .bool(true)) : given
         do {
             switch try devices.pair(pairingToken: pairingToken, deviceName: name, request: requestID?.string) {
             case .paired(let device, let token):
