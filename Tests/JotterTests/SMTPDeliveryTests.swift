@@ -333,6 +333,36 @@ import Testing
         #expect(fixture.smtp.received.isEmpty)
     }
 
+    /// A TLS handshake cut once (a reset after the ClientHello: a flaky network, a server restarting) is
+    /// tried again on a fresh connection: the memo arrives once, and nothing is held. It held every memo for
+    /// the 15-minute retest, as a refusal of the server's certificate would. Cut twice running, it is the
+    /// server's answer, and held as before.
+    @Test(arguments: [1, 2])
+    func aHandshakeCutOnceIsTriedAgain(cuts: Int) throws {
+        let fixture = try Fixture(mode: .tls)
+        defer { fixture.stop() }
+        let cutter = try FixtureProcess(script: "handshake_cutter.py", arguments: [String(fixture.smtp.port), String(cuts)],
+                                        errorPath: fixture.directory.file("cutter.stderr"))
+        defer { cutter.stop() }
+        let relay = fixture.relay().replacingOccurrences(of: "127.0.0.1:\(fixture.smtp.port)", with: "127.0.0.1:\(cutter.port)")
+        let server = try fixture.jotter(relay: relay)
+        defer { server.stop() }
+        let id = try DeliveryKit.send(server, body: "across a cut handshake")
+        let entry = try DeliveryKit.settle(server, id, timeout: 30)
+        let cut = ((try? String(contentsOfFile: fixture.directory.file("cutter.stderr"), encoding: .utf8)) ?? "")
+            .split(separator: "\n").filter { $0 == "cut" }.count
+        #expect(cut == cuts, "the proxy cut \(cut) handshakes: \(entry)")
+        if cuts == 1 {
+            #expect(entry.status == "sent", "\(entry)")
+            #expect(try DeliveryKit.parseAll(fixture.smtp.received.map(\.path)).map(\.messageID) == [Self.messageID(id)])
+            let health = try server.route("GET", "/healthz")
+            #expect((health.json as? [String: Any])?["status"] as? String == "ok", "\(health.text)")
+        } else {
+            #expect(entry.status == "held" && entry.lastError == "tls", "\(entry)")
+            #expect(fixture.smtp.received.isEmpty)
+        }
+    }
+
     @Test func anUntrustedCertificateGetsNoNameHint() throws {
         let fixture = try Fixture(mode: .tls)
         defer { fixture.stop() }

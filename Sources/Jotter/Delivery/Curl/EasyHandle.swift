@@ -1,4 +1,5 @@
 import CCurl
+import Glibc
 
 /// libcurl's one-time global initialisation, done before the first handle.
 private let curlGlobalInit: Void = {
@@ -123,14 +124,15 @@ public final class EasyHandle {
         if code != CURLE_OK && isStaleConnectionFailure(code) {
             // The server closed an idle pooled connection (common with TLS servers whose idle timeout
             // is shorter than libcurl's reuse limit). Nothing reached it: try once on a fresh connection.
-            _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1)
-            responseBody = []
-            responseHeaders = []
-            uploadOffset = 0
-            uploadedAt = nil
-            enhancedStatus = nil
-            code = curl_easy_perform(handle)
-            _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0)
+            code = performOnAFreshConnection()
+        }
+        if code == CURLE_SSL_CONNECT_ERROR && !uploaded {
+            // The TLS handshake broke off (a reset, a close: a flaky network, a server restarting; a refused
+            // certificate is CURLE_PEER_FAILED_VERIFICATION, not this). Taken at its word, it held every memo
+            // for the slow retest as a TLS refusal. Nothing was sent: try once more on a fresh connection,
+            // shortly. A second failure is the server's answer (a TLS version or cipher it will not speak).
+            usleep(500_000)
+            code = performOnAFreshConnection()
         }
         if code == CURLE_ABORTED_BY_CALLBACK && exceededPhaseLimit { code = CURLE_OPERATION_TIMEDOUT }
         guard code == CURLE_OK else { throw CurlError(code: Int32(code.rawValue)) }
@@ -144,6 +146,18 @@ public final class EasyHandle {
         var connects = 0
         _ = jotter_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
         return connects == 0 && (responseCode == 0 || responseCode == 421)
+    }
+
+    /// The transfer again from the start, on a new connection (nothing of the last one was sent).
+    private func performOnAFreshConnection() -> CURLcode {
+        _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1)
+        defer { _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0) }
+        responseBody = []
+        responseHeaders = []
+        uploadOffset = 0
+        uploadedAt = nil
+        enhancedStatus = nil
+        return curl_easy_perform(handle)
     }
 
     /// The SMTP command the server refused in the last transfer (`MAIL`, `RCPT`, `DATA`), from libcurl's
