@@ -1055,6 +1055,17 @@ import Testing
         defer { first.stop() }
         let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
         #expect("\(error)".contains(data))
+        // The `lock` file deleted (a cleanup of "stale" files, a restore with rsync --delete): the directory
+        // is still in use, for a second server, for `jotter rekey` and for `jotter pair`. (Both ran beside
+        // the live server: the rekey re-sealed under it, the second server sent its memos again.)
+        #expect(unlink(data + "/lock") == 0)
+        #expect(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect(throws: DataDirectory.Failure.self) { _ = try Rekey.run(dataDirectory: data) }
+        #expect(DataDirectory.isInUse(path: data))
+        first.stop()
+        #expect(!DataDirectory.isInUse(path: data))
+        let again = try TestServer(dataDirectory: data)
+        again.stop()
     }
 }
 

@@ -42,7 +42,8 @@ public final class DataDirectory: Sendable {
 
     /// The directory's path.
     public let path: String
-    private let lockDescriptor = Mutex<Int32>(-1)
+    /// The locks held: the directory itself, and its `lock` file.
+    private let lockDescriptors = Mutex<[Int32]>([])
 
     /// Creates `path` (and its parents) if needed (unless `create` is false: then it must exist), mode
     /// 0700, and takes its lock.
@@ -60,14 +61,35 @@ public final class DataDirectory: Sendable {
         if stat(path, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o077 != 0 {
             _ = chmod(path, info.st_mode & 0o700 | 0o700)
         }
-        let lockPath = path + "/lock"
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Failure.create(path: path, errno: errno) }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            close(fd)
+        // The directory itself is locked: a `lock` file alone was defeated by deleting it (a cleanup of
+        // "stale" files, a restore with rsync --delete), and a second server, or a rekey, then ran beside
+        // the live one, re-sealing under its feet or sending its memos again. The `lock` file is locked
+        // too, for a Jotter from before (during an upgrade) and for what reads it.
+        let directoryDescriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryDescriptor >= 0 else { throw Failure.create(path: path, errno: errno) }
+        guard flock(directoryDescriptor, LOCK_EX | LOCK_NB) == 0 else {
+            close(directoryDescriptor)
             throw Failure.locked(path: path)
         }
-        lockDescriptor.withLock { $0 = fd }
+        let fileDescriptor = open(path + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fileDescriptor >= 0 else {
+            let error = errno
+            Self.release(directoryDescriptor)
+            throw Failure.create(path: path, errno: error)
+        }
+        guard flock(fileDescriptor, LOCK_EX | LOCK_NB) == 0 else {
+            Self.release(directoryDescriptor)
+            close(fileDescriptor)
+            throw Failure.locked(path: path)
+        }
+        lockDescriptors.withLock { $0 = [directoryDescriptor, fileDescriptor] }
+    }
+
+    /// Unlocks before closing: a child process forked meanwhile (by Process, say) shares the lock's open
+    /// file description until it execs, and closing our descriptor alone would leave it locked until then.
+    private static func release(_ fd: Int32) {
+        flock(fd, LOCK_UN)
+        close(fd)
     }
 
     deinit {
@@ -76,26 +98,23 @@ public final class DataDirectory: Sendable {
 
     /// Releases the lock (after everything using the directory has stopped), so another process may start.
     public func unlock() {
-        lockDescriptor.withLock { fd in
-            guard fd >= 0 else { return }
-            // Unlock before closing: a child process forked meanwhile (by Process, say) shares the
-            // lock's open file description until it execs, and closing our descriptor alone would
-            // leave the directory locked until then.
-            flock(fd, LOCK_UN)
-            close(fd)
-            fd = -1
+        lockDescriptors.withLock { descriptors in
+            descriptors.forEach(Self.release)
+            descriptors = []
         }
     }
 
     /// Whether a process (a running server) holds the lock of the data directory at `path`.
     public static func isInUse(path: String) -> Bool {
-        let fd = open(path + "/lock", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        // flock locks belong to open file descriptions: this probe does not disturb the holder's lock.
-        guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return errno == EWOULDBLOCK }
-        flock(fd, LOCK_UN)
-        return false
+        // The directory (this Jotter's lock), or the `lock` file (one from before, during an upgrade).
+        [open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), open(path + "/lock", O_RDONLY | O_CLOEXEC)].reduce(false) { held, fd in
+            guard fd >= 0 else { return held }
+            defer { close(fd) }
+            // flock locks belong to open file descriptions: this probe does not disturb the holder's lock.
+            guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return held || errno == EWOULDBLOCK }
+            flock(fd, LOCK_UN)
+            return held
+        }
     }
 
     /// `$DATA/outbox-created`: written once an outbox opened here, so that a database that later goes
