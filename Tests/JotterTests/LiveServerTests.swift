@@ -1048,6 +1048,19 @@ import Testing
         server.stop()
     }
 
+    /// Another user's data directory that others may write to is refused: any of them could replace the
+    /// outbox, the key or the mail under the server (it was used as it was). Needs root, to give it away.
+    @Test(.enabled(if: geteuid() == 0)) func anotherUsersDirectoryThatOthersMayWriteIsRefused() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("shared")
+        #expect(mkdir(data, 0o777) == 0 && chmod(data, 0o777) == 0 && chown(data, 65534, 65534) == 0)
+        let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("other users could replace"), "\(error)")
+        #expect(chmod(data, 0o755) == 0)  // only its owner may write in it: used (root may write anywhere)
+        let server = try TestServer(dataDirectory: data)
+        server.stop()
+    }
+
     @Test func dataDirectoryInUseIsRefused() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")

@@ -14,6 +14,9 @@ public final class DataDirectory: Sendable {
         /// A file of the database (`jotter.db`, its `-wal` or `-shm`), or the directory, this process may
         /// not write: SQLite would say "attempt to write a readonly database" without naming it.
         case notWritable(path: String, mode: mode_t, owner: uid_t)
+        /// Another user's directory that others may write to: any of them could replace the database,
+        /// the key or the Maildir under the server.
+        case writableByOthers(path: String, mode: mode_t, owner: uid_t)
 
         public var description: String {
             switch self {
@@ -36,6 +39,10 @@ public final class DataDirectory: Sendable {
                 return "\(path) cannot be written by this user (uid \(getuid())): it is mode "
                     + String(mode & 0o7777, radix: 8) + ", owned by uid \(owner); Jotter writes its database there "
                     + "(chmod u+rw, or run as its owner)"
+            case .writableByOthers(let path, let mode, let owner):
+                return "data directory \(path) belongs to uid \(owner) and is mode " + String(mode & 0o7777, radix: 8)
+                    + ": other users could replace the outbox, the key or the mail in it; use a directory of your "
+                    + "own (Jotter makes it private), or have its owner make it private (chmod go-w)"
             }
         }
     }
@@ -60,6 +67,9 @@ public final class DataDirectory: Sendable {
         var info = stat()
         if stat(path, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o077 != 0 {
             _ = chmod(path, info.st_mode & 0o700 | 0o700)
+        } else if info.st_uid != geteuid(), info.st_mode & 0o022 != 0 {
+            // Not ours to make private, and others may write in it: refused, not used as it is.
+            throw Failure.writableByOthers(path: path, mode: info.st_mode, owner: info.st_uid)
         }
         // The directory itself is locked: a `lock` file alone was defeated by deleting it (a cleanup of
         // "stale" files, a restore with rsync --delete), and a second server, or a rekey, then ran beside
