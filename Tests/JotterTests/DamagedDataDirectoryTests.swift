@@ -139,6 +139,18 @@ import Testing
         server.stop()
     }
 
+    /// A data directory this user cannot look into (EACCES for a user; here a loop of symbolic links, which
+    /// root meets too) is said as it is, not as "no Jotter data here".
+    @Test func aDirectoryThatCannotBeLookedIntoIsNotCalledEmpty() throws {
+        let directory = TemporaryDirectory()
+        let loop = directory.file("loop")
+        #expect(symlink(loop, loop) == 0)
+        let devices = try #require(throws: DataDirectory.Failure.self) { _ = try DevicesCommand.run(dataDirectory: loop, action: .list) }
+        #expect("\(devices)".contains(String(cString: strerror(ELOOP))), "\(devices)")
+        let rekey = try #require(throws: DataDirectory.Failure.self) { _ = try Rekey.run(dataDirectory: loop) }
+        #expect("\(rekey)".contains(String(cString: strerror(ELOOP))), "\(rekey)")
+    }
+
     @Test func rekeyOnAMistypedPathCreatesNothing() throws {
         let directory = TemporaryDirectory()
         let typo = directory.file("no-such-data")

@@ -50,6 +50,17 @@ import Testing
         #expect(memo == MemoDecoder.Memo(subject: nil, body: "buy milk\nand eggs"))
     }
 
+    /// A JSON memo saved by Windows Notepad starts with a UTF-8 byte order mark: taken, as a text/plain
+    /// memo's is (it was refused as undecodable).
+    @Test func aByteOrderMarkBeforeJSONIsNoPartOfIt() throws {
+        let memo = try MemoDecoder.decode(contentType: "application/json",
+                                          body: [0xEF, 0xBB, 0xBF] + Array(#"{"subject":"from notepad","body":"hello"}"#.utf8))
+        #expect(memo.subject == "from notepad" && memo.body == "hello")
+        #expect(throws: MemoDecodingError.self) {
+            _ = try MemoDecoder.decode(contentType: "application/json", body: [0xEF, 0xBB] + Array(#"{"body":"x"}"#.utf8))
+        }
+    }
+
     @Test func missingContentTypeIsPlainText() throws {
         let memo = try Self.decode(nil, "call Sam at 5")
         #expect(memo == MemoDecoder.Memo(subject: nil, body: "call Sam at 5"))

@@ -64,6 +64,7 @@ public enum DevicesCommand {
                                 _ body: (DeviceRegistry) throws -> T) throws -> T {
         let directory = dataDirectory
         guard access(directory + "/jotter.db", F_OK) == 0 else {
+            if let failure = DataDirectory.unreachable(directory + "/jotter.db") { throw failure }
             throw CommandLineOptions.UsageError(description: "no Jotter data in \(directory) (see --data-dir)")
         }
         if access(directory + "/key.new", F_OK) == 0 {

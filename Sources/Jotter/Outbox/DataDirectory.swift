@@ -184,6 +184,14 @@ public final class DataDirectory: Sendable {
     }
 
     /// Whether a database file at `databasePath` holds anything (more than an empty file).
+    /// Why `path` cannot even be looked at (this user may not search its directory: EACCES), if that is so;
+    /// nil when it exists or is simply not there. So that "no data here" is never said of data one may not see.
+    static func unreachable(_ path: String) -> Failure? {
+        var info = stat()
+        guard stat(path, &info) != 0, errno != ENOENT, errno != ENOTDIR else { return nil }
+        return .create(path: path, errno: errno)
+    }
+
     static func holdsData(databasePath: String) -> Bool {
         var info = stat()
         return stat(databasePath, &info) == 0 && info.st_size > 0

@@ -67,6 +67,7 @@ public enum Rekey {
         }
         if access(credentialMarkerPath(dataDirectory: path), F_OK) == 0 { throw Failure.credentialKey }
         // Nothing to rekey: said before the directory is touched (its lock file made, its mode changed).
+        if let failure = DataDirectory.unreachable(DataDirectory.databasePath(in: path)) { throw failure }
         if access(path, F_OK) == 0, !DataDirectory.holdsData(databasePath: DataDirectory.databasePath(in: path)) {
             throw Failure.noDatabase(path: DataDirectory.databasePath(in: path))
         }

@@ -138,7 +138,9 @@ public enum MemoDecoder {
         let shape = MemoDecodingError.undecodable("The body is not a JSON object with string fields \"body\" and \"subject\".")
         let value: JSONValue
         do {
-            value = try JSONValue.parse(bytes)
+            // A byte order mark before the JSON (Windows Notepad's UTF-8) is no part of it (RFC 8259 §8.1
+            // lets a parser ignore it): a text/plain memo's is dropped, and so is this one.
+            value = try JSONValue.parse(bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? Array(bytes.dropFirst(3)) : bytes)
         } catch .duplicateKey(let key) {
             throw key == "body" || key == "subject" ? .repeatedField(key) : shape
         } catch {
