@@ -77,7 +77,9 @@ private enum MaildirReader {
         let delivered = Self.files(maildir + "/new")
         #expect(delivered == [MaildirTransport.fileName(for: message)])
         #expect(Self.files(maildir + "/cur").isEmpty)
-        #expect(Self.contents(maildir + "/new/" + delivered[0]) == message.rendered())
+        // Local line endings, as every MDA writes them (CRLF read as a CR left in each line).
+        #expect(Self.contents(maildir + "/new/" + delivered[0]) == message.renderedLocally())
+        #expect(!message.renderedLocally().contains(13) && message.rendered().contains(13))
         let entries = try MaildirReader.read(maildir)
         try #require(entries.count == 1)
         #expect(entries[0].subdir == "new")
@@ -220,7 +222,7 @@ private enum MaildirReader {
         let receipt = try transport.send(message)
         #expect(receipt.alreadyDelivered == false)
         #expect(Self.files(directory.file("tmp")).isEmpty)
-        #expect(Self.contents(directory.file("new/" + name)) == message.rendered())
+        #expect(Self.contents(directory.file("new/" + name)) == message.renderedLocally())
         #expect(try MaildirReader.read(directory.path).first?.subject == "Buy milk 🥛")
     }
 

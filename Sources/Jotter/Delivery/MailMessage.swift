@@ -44,8 +44,21 @@ public struct MailMessage: Sendable, Equatable {
         "<\(id)@\(from.domain)>"
     }
 
-    /// The full message, CRLF line endings, ready for SMTP or a Maildir file. Built as bytes into one
-    /// buffer: a Maildir batch renders every memo it delivers.
+    /// The full message with this system's line endings (LF), as a local program reads it: a Maildir
+    /// file (mail readers and Python's `mailbox` read CRLF as a CR left in every line) and sendmail's input.
+    public func renderedLocally() -> [UInt8] {
+        let bytes = rendered()
+        var local: [UInt8] = []
+        local.reserveCapacity(bytes.count)
+        for (index, byte) in bytes.enumerated()
+        where !(byte == 13 && index + 1 < bytes.count && bytes[index + 1] == 10) {
+            local.append(byte)
+        }
+        return local
+    }
+
+    /// The full message, CRLF line endings, ready for SMTP. Built as bytes into one buffer: a Maildir batch
+    /// renders every memo it delivers.
     public func rendered() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(420 + from.name.utf8.count * 3 + subject.utf8.count * 3 + body.utf8.count * 14 / 10)

@@ -63,7 +63,7 @@ public struct MaildirTransport: Transport {
                 continue
             }
             let temporary = "\(path)/tmp/\(name)"
-            let bytes = message.rendered()
+            let bytes = message.renderedLocally()  // a file for local readers: LF, as every MDA writes
             do throws(SystemError) {
                 written.append((index, name, try Self.createTemporary(temporary, bytes)))
             } catch where error.code == ENOENT && !prepared {

@@ -43,13 +43,7 @@ public struct SendmailTransport: Transport {
             throw DeliveryFailure(.configuration, permanent: true)
         }
         // A local MTA reads local line endings.
-        let bytes = message.rendered()
-        var local: [UInt8] = []
-        local.reserveCapacity(bytes.count)
-        for (index, byte) in bytes.enumerated()
-        where !(byte == 13 && index + 1 < bytes.count && bytes[index + 1] == 10) {
-            local.append(byte)
-        }
+        let local = message.renderedLocally()
         // Its output is discarded: its text may quote addresses.
         let child: ChildProcess
         let input: Int32?
