@@ -224,6 +224,12 @@ public final class EasyHandle {
             UnsafeMutableRawPointer(buffer).copyMemory(from: base + uploadOffset, byteCount: count)
         }
         uploadOffset += count
+        // libcurl told the size (CURLOPT_INFILESIZE) asks for no more than that: the last byte handed over
+        // is the end of the upload, with no call that returns 0 to say so.
+        if uploadOffset == upload.count, uploadedAt == nil {
+            uploadedAt = monotonicNanoseconds()
+            progress?.markHandedOver()
+        }
         return count
     }
 
