@@ -151,6 +151,20 @@ import Testing
         #expect("\(rekey)".contains(String(cString: strerror(ELOOP))), "\(rekey)")
     }
 
+    /// A `jotter.db` cut short (a copy that stopped, a disk that failed): the start says it is damaged and
+    /// what to do, not SQLite's "malformed" and the statement that met it.
+    @Test func aTruncatedDatabaseIsSaidToBeDamaged() throws {
+        let (directory, data) = try DamagedPagesTests.dataDirectory(memos: 60, marker: "truncated")
+        _ = directory
+        let path = data + "/jotter.db"
+        let database = try Database(path: path)
+        try database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        database.close()
+        #expect(truncate(path, 6000) == 0)
+        let error = try #require(throws: Outbox.OpenError.self) { _ = try TestServer(dataDirectory: data) }
+        #expect("\(error)".contains("restore jotter.db from your backup") && "\(error)".contains(path), "\(error)")
+    }
+
     @Test func rekeyOnAMistypedPathCreatesNothing() throws {
         let directory = TemporaryDirectory()
         let typo = directory.file("no-such-data")

@@ -13,9 +13,14 @@ public final class Outbox: MessageOutbox {
         case wrongKey(databasePath: String)
         /// A relay node's key does not open the shared store: every node needs the same key file.
         case keyNotShared(keyPath: String)
+        /// The database's first pages (its header, its schema) cannot be read: nothing can be done with it.
+        case damaged(databasePath: String, kind: String)
 
         public var description: String {
             switch self {
+            case .damaged(let path, let kind):
+                return "\(path) cannot be opened: its pages are damaged (\(kind)); stop, keep a copy of the data "
+                    + "directory, and restore jotter.db from your backup (README: 'A damaged database')"
             case .wrongKey(let path):
                 return "the key does not open \(path): it was sealed with another key file (restore the key that "
                     + "belongs to this database)"
@@ -83,9 +88,16 @@ public final class Outbox: MessageOutbox {
     /// Opens (creating and migrating) the outbox database at `path`, sealing with `key`.
     public init(path: String, key: SymmetricKey, clock: any WallClock = SystemClock(),
                 logger: Logger = Logger(label: "outbox"), recordsSubjects: Bool = true) throws {
-        let database = try DatabaseQueue(path: path)
+        let database: DatabaseQueue
         let sealer = try Sealer(dataKey: key)
-        let hashingKey = try SettingsStore.hashingSecret(database, sealer: sealer)
+        let hashingKey: SymmetricKey
+        do {
+            database = try DatabaseQueue(path: path)
+            hashingKey = try SettingsStore.hashingSecret(database, sealer: sealer)
+        } catch let failure as DatabaseError where failure.meansDamage {
+            // Said as what it is and what to do, not as SQLite's "malformed" and the statement it met it in.
+            throw OpenError.damaged(databasePath: path, kind: failure.kind)
+        }
         let store = MessageStore(sealer: sealer, hashingKey: hashingKey, recordsSubjects: recordsSubjects)
         self.database = database
         self.store = store
