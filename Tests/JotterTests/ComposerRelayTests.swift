@@ -733,6 +733,27 @@ struct ComposerRelayTests {
         #expect(mail.message["date"] as? String == Timestamp.rfc5322(milliseconds: written))
     }
 
+    /// A composer's account at `fixture`'s relay through `older_relay.py` (refusing the request members
+    /// `names`, its log at `log`), on an outbox of its own: the proxy and the outbox, for the caller to stop.
+    static func accountBehindOlderRelay(_ fixture: AccountFixture, refusing names: String, log: String) throws
+        -> (proxy: FixtureProcess, outbox: Outbox, account: JotterRelayAccount) {
+        let proxy = try FixtureProcess(script: "older_relay.py", arguments: [String(fixture.relay.port), names], errorPath: log)
+        let outbox: Outbox
+        do {
+            outbox = try Outbox(path: fixture.composerDirectory.file("behind-proxy.db"), key: try SymmetricKey.random(),
+                                clock: ManualClock())
+        } catch {
+            proxy.stop()
+            throw error
+        }
+        let account = JotterRelayAccount(
+            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(proxy.port)", host: "127.0.0.1", port: proxy.port,
+                                      caFile: nil, timeoutSeconds: 10),
+            invite: nil)
+        account.attach(outbox.settings)
+        return (proxy, outbox, account)
+    }
+
     /// A new address replaces the verified one, and the relay forgets the old one — without either address
     /// in a URL, where the access log of a proxy in front of the relay would keep it.
     @Test func noAddressGoesIntoAURL() throws {
@@ -740,17 +761,11 @@ struct ComposerRelayTests {
         defer { fixture.stop() }
         let relay = fixture.relay
         let requests = fixture.relayDirectory.file("proxy.stderr")
-        let proxy = try FixtureProcess(script: "older_relay.py", arguments: [String(relay.port), "none"],
-                                       errorPath: requests)
-        defer { proxy.stop() }
-        let outbox = try Outbox(path: fixture.composerDirectory.file("proxied.db"), key: try SymmetricKey.random(),
-                                clock: ManualClock())
-        defer { outbox.close() }
-        let account = JotterRelayAccount(
-            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(proxy.port)", host: "127.0.0.1", port: proxy.port,
-                                      caFile: nil, timeoutSeconds: 10),
-            invite: nil)
-        account.attach(outbox.settings)
+        let (proxy, outbox, account) = try Self.accountBehindOlderRelay(fixture, refusing: "none", log: requests)
+        defer {
+            outbox.close()
+            proxy.stop()
+        }
         for address in ["ana@example.com", "bo@example.com"] {
             let known = try relay.mailFiles(to: address)
             #expect(try account.requestCode(address: address, language: "en").status == 202)
@@ -776,17 +791,11 @@ struct ComposerRelayTests {
         defer { fixture.stop() }
         let relay = fixture.relay
         let errors = fixture.relayDirectory.file("older.stderr")
-        let older = try FixtureProcess(script: "older_relay.py", arguments: [String(relay.port), "written_at,secret"],
-                                       errorPath: errors)
-        defer { older.stop() }
-        let outbox = try Outbox(path: fixture.composerDirectory.file("older.db"), key: try SymmetricKey.random(),
-                                clock: ManualClock())
-        defer { outbox.close() }
-        let account = JotterRelayAccount(
-            client: JotterRelayClient(baseURL: "http://127.0.0.1:\(older.port)", host: "127.0.0.1", port: older.port,
-                                      caFile: nil, timeoutSeconds: 10),
-            invite: nil)
-        account.attach(outbox.settings)
+        let (older, outbox, account) = try Self.accountBehindOlderRelay(fixture, refusing: "written_at,secret", log: errors)
+        defer {
+            outbox.close()
+            older.stop()
+        }
         let known = try relay.mailFiles(to: "ana@example.com")
         #expect(try account.requestCode(address: "ana@example.com", language: "en").status == 202)
         #expect(try account.confirm(code: try relay.newCode(to: "ana@example.com", known: known))?.status == 200)
