@@ -58,6 +58,18 @@ signal(SIGXFSZ, SIG_IGN)
 // script retrying on failure sent the memo again under a new key.
 signal(SIGPIPE, SIG_IGN)
 
+// Arguments reach Swift repaired, each invalid UTF-8 sequence made U+FFFD: a memo's text (`jotter send`)
+// would change without a word, where the same bytes from a file or stdin are refused, and a path would
+// name another file. Refused alike, before anything else.
+for index in 1..<Int(CommandLine.argc) {
+    guard let argument = CommandLine.unsafeArgv[index] else { continue }
+    let bytes = UnsafeRawBufferPointer(start: argument, count: strlen(argument)).bindMemory(to: UInt8.self)
+    if String(validating: bytes, as: UTF8.self) == nil {
+        write("jotter: argument \(index) is not UTF-8 text\n", to: 2)
+        exit(64)
+    }
+}
+
 let environment = ProcessEnvironment.current
 let command: CommandLineOptions.Command
 do {
