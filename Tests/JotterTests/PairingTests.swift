@@ -635,6 +635,19 @@ import Testing
                 == "Revoked Kitchen (\(id.prefix(8))). That device must pair again.")
         #expect(try DevicesCommand.run(dataDirectory: data, action: .revoke(String(id.prefix(8)))).hasPrefix("Already revoked ("))
         #expect(throws: CommandLineOptions.UsageError.self) { _ = try DevicesCommand.run(dataDirectory: data, action: .revoke("")) }
+
+        // A prefix two devices share says so (it said "no single device matches", as if there were none).
+        try DevicesCommand.withRegistry(dataDirectory: data, credentialsDirectory: nil) { registry in
+            for _ in 0..<2 { _ = try registry.pair(pairingToken: try registry.issuePairingToken().token, deviceName: "Tablet") }
+        }
+        let database = try Database(path: data + "/jotter.db")
+        try database.execute("UPDATE devices SET id = 'abcd' || substr(id, 5) WHERE name = 'Tablet'")
+        database.close()
+        for action in [DevicesCommand.Action.revoke("abcd"), .rename("abcd", "Kitchen"), .forget("abcd")] {
+            #expect {
+                _ = try DevicesCommand.run(dataDirectory: data, action: action)
+            } throws: { "\($0)".contains("2 devices have ids starting 'abcd': give more of the id") }
+        }
     }
 
     /// Revoked devices (a phone that paired again at a new address left its old one) can be forgotten:

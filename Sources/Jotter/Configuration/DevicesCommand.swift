@@ -31,8 +31,7 @@ public enum DevicesCommand {
                     if let revokedAt = try registry.revokedAt(id: id) {
                         return "Already revoked (\(Timestamp.iso8601(milliseconds: revokedAt)))."
                     }
-                    throw CommandLineOptions.UsageError(
-                        description: "no single active device matches '\(id.prefix(40))'")
+                    throw try noSingleMatch(id, registry, "no single active device matches")
                 }
                 return "Revoked \(revoked.name) (\(revoked.id.prefix(8))). That device must pair again."
             case .rename(let id, let name):
@@ -40,8 +39,7 @@ public enum DevicesCommand {
                     throw CommandLineOptions.UsageError(description: "a device's name needs something visible in it")
                 }
                 guard let stored = try registry.rename(id: id, to: name) else {
-                    throw CommandLineOptions.UsageError(
-                        description: "no single device matches '\(id.prefix(40))'")
+                    throw try noSingleMatch(id, registry, "no single device matches")
                 }
                 return "Renamed to \(stored)."
             case .forget(let id):
@@ -53,10 +51,19 @@ public enum DevicesCommand {
                     throw CommandLineOptions.UsageError(description: "\(device.name) (\(device.id.prefix(8))) is still "
                         + "paired: revoke it first (jotter devices revoke \(device.id.prefix(8)))")
                 case .noMatch:
-                    throw CommandLineOptions.UsageError(description: "no single device matches '\(id?.prefix(40) ?? "")'")
+                    throw try noSingleMatch(id ?? "", registry, "no single device matches")
                 }
             }
         }
+    }
+
+    /// Why `id` named no one device: several start with it (more of the id is needed), or `otherwise`.
+    private static func noSingleMatch(_ id: String, _ registry: DeviceRegistry, _ otherwise: String) throws
+        -> CommandLineOptions.UsageError {
+        let count = try registry.matchCount(id: id)
+        return CommandLineOptions.UsageError(description: count > 1
+            ? "\(count) devices have ids starting '\(id.prefix(40))': give more of the id (jotter devices lists them)"
+            : "\(otherwise) '\(id.prefix(40))'")
     }
 
     /// Opens the data directory's registry (the key from the systemd credential when there is one).

@@ -283,6 +283,15 @@ public final class DeviceRegistry: Sendable {
                lastSeenAt: row.optionalInt64(3), revokedAt: row.optionalInt64(4))
     }
 
+    /// How many devices' ids are `id` or start with it (to say a prefix matched several, not none).
+    public func matchCount(id: String) throws -> Int {
+        guard !id.isEmpty, id.utf8.count <= 64 else { return 0 }
+        return try database.read { database in
+            Int(try database.statement("SELECT count(*) FROM devices WHERE substr(id, 1, length(?1)) = ?1")
+                .firstRow([.text(id.lowercased())]) { $0.int64(0) } ?? 0)
+        }
+    }
+
     /// The one device whose id is `id` or starts with it (and, with `activeOnly`, is not revoked).
     private func uniqueMatch(_ database: Database, id: String, activeOnly: Bool) throws -> String? {
         guard !id.isEmpty, id.utf8.count <= 64 else { return nil }
