@@ -63,8 +63,7 @@ public struct SMTPTransport: Transport {
                 // Its size goes with MAIL FROM (SIZE=, RFC 1870) to a server that takes it, which refuses
                 // a message over its limit there, saying so, rather than after the whole message with a
                 // bare 552 that reads as a full mailbox.
-                try handle.set(CURLOPT_INFILESIZE, bytes.count)
-                try handle.setUpload(bytes)  // libcurl dot-stuffs lines that start with "."
+                try handle.setUpload(bytes, declaringSize: true)  // libcurl dot-stuffs lines that start with "."
                 handle.progress = message.progress
             } catch {
                 throw DeliveryFailure(.configuration, permanent: true)
