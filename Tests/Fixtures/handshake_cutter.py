@@ -38,8 +38,9 @@ def handle(client, upstream_port, remaining):
                 client.recv(100)  # the start of the ClientHello
             except OSError:
                 pass
+            # Said before the reset: the client may act on it, and the test read this, at once.
+            print("cut", file=sys.stderr, flush=True)
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a close
-        print("cut", file=sys.stderr, flush=True)
         return
     with client, socket.create_connection(("127.0.0.1", upstream_port)) as upstream:
         back = threading.Thread(target=pump, args=(upstream, client), daemon=True)

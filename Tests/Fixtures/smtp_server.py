@@ -207,8 +207,7 @@ async def serve(args):
     if args.mode != "plain":
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(args.cert, args.key)
-    options = {"hostname": "smtp.jotter.test", "decode_data": False, "timeout": args.idle_timeout,
-               "data_size_limit": args.data_size_limit}
+    options = {"hostname": "smtp.jotter.test", "decode_data": False, "timeout": args.idle_timeout}
     if args.mode == "starttls":
         options.update(tls_context=context, require_starttls=True)
     if args.auth:
@@ -240,8 +239,6 @@ def main():
     parser.add_argument("--require-fqdn-helo", action="store_true",
                         help="refuse RCPT after an EHLO that is neither a dotted name nor an address literal")
     parser.add_argument("--refuse-count", type=int, default=1, help="how many times (-1: always)")
-    parser.add_argument("--data-size-limit", type=int, default=33554432,
-                        help="the SIZE it advertises and enforces (aiosmtpd's default: 32 MiB)")
     args = parser.parse_args()
     if args.mode != "plain" and not (args.cert and args.key):
         parser.error("--cert and --key are needed for TLS")

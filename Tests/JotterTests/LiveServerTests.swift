@@ -1056,9 +1056,36 @@ import Testing
         #expect(mkdir(data, 0o777) == 0 && chmod(data, 0o777) == 0 && chown(data, 65534, 65534) == 0)
         let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
         #expect("\(error)".contains("other users could replace"), "\(error)")
-        #expect(chmod(data, 0o755) == 0)  // only its owner may write in it: used (root may write anywhere)
+        #expect(chmod(data, 0o1777) == 0)  // sticky, as /tmp: a name not yet made is still anyone's to take
+        #expect(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        #expect(chmod(data, 0o775) == 0)  // its group may write, and it is not root's: refused
+        #expect(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
+        // A service directory root owns and shares with a group of this process (root:jotter 0770; a
+        // volume shared through its group): used, as before.
+        #expect(chown(data, 0, getegid()) == 0 && chmod(data, 0o770) == 0)
+        let shared = try TestServer(dataDirectory: data)
+        shared.stop()
+        #expect(chmod(data, 0o755) == 0 && chown(data, 65534, 65534) == 0)  // only its owner may write: used
         let server = try TestServer(dataDirectory: data)
         server.stop()
+    }
+
+    /// Who else may replace files in a directory this user does not own: sshd's rule.
+    @Test func whoElseMayReplaceFilesInADirectory() {
+        func directory(owner: uid_t, group: gid_t, mode: mode_t) -> stat {
+            var info = stat()
+            info.st_uid = owner
+            info.st_gid = group
+            info.st_mode = S_IFDIR | mode
+            return info
+        }
+        let mine = getegid(), other: gid_t = mine == 54321 ? 54322 : 54321
+        #expect(DataDirectory.othersMayReplaceFiles(directory(owner: 1000, group: mine, mode: 0o777)))
+        #expect(DataDirectory.othersMayReplaceFiles(directory(owner: 0, group: mine, mode: 0o1777)), "sticky or not")
+        #expect(DataDirectory.othersMayReplaceFiles(directory(owner: 1000, group: mine, mode: 0o770)), "not root's")
+        #expect(DataDirectory.othersMayReplaceFiles(directory(owner: 0, group: other, mode: 0o770)), "another group's")
+        #expect(!DataDirectory.othersMayReplaceFiles(directory(owner: 0, group: mine, mode: 0o2770)), "root:jotter 2770")
+        #expect(!DataDirectory.othersMayReplaceFiles(directory(owner: 1000, group: other, mode: 0o755)))
     }
 
     @Test func dataDirectoryInUseIsRefused() throws {

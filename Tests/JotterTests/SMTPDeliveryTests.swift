@@ -512,27 +512,6 @@ import Testing
 
     // MARK: Offline
 
-    /// A server with a size limit (aiosmtpd's, which answers a bare 552): the memo's size goes with MAIL
-    /// FROM, the server refuses it there, and it fails at once as too large — it was taken for a full
-    /// mailbox and uploaded again and again, for ever. A memo within the limit goes.
-    @Test func aMemoOverTheServersSizeLimitFailsAsTooLarge() throws {
-        let directory = TemporaryDirectory()
-        let smtp = try SMTPServer(mode: .plain, directory: directory.file("smtp"), dataSizeLimit: 2000)
-        defer { smtp.stop() }
-        let server = try TestServer(dataDirectory: directory.file("data"),
-                                    relay: "smtp://127.0.0.1:\(smtp.port)?tls=none&from=jotter@example.com&to=me@example.com") {
-            $0.delivery.retryPolicy = RetryPolicy(baseMilliseconds: 50, capMilliseconds: 1000)
-        }
-        defer { server.stop() }
-        let large = try DeliveryKit.send(server, body: String(repeating: "a long memo ", count: 500))
-        let entry = try DeliveryKit.settle(server, large, timeout: 30)
-        #expect(entry.status == "failed" && entry.lastError == "too_large", "\(entry)")
-        #expect(entry.attempts == 1, "\(entry)")
-        let small = try DeliveryKit.send(server, body: "a short memo")
-        #expect(try DeliveryKit.settle(server, small, timeout: 30).status == "sent")
-        #expect(smtp.received.count == 1)
-    }
-
     @Test func memosTakenWhileTheSMTPServerIsDownAreFlushedWhenItReturns() throws {
         let directory = TemporaryDirectory()
         let before = try SMTPServer(mode: .plain, directory: directory.file("smtp-before"))

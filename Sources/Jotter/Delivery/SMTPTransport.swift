@@ -59,11 +59,7 @@ public struct SMTPTransport: Transport {
                 try handle.set(CURLOPT_MAIL_FROM, "<\(message.from.address)>")
                 try handle.set(CURLOPT_MAIL_RCPT, list: ["<\(message.to.address)>"])
                 try handle.set(CURLOPT_UPLOAD, 1)
-                let bytes = message.rendered()
-                // Its size goes with MAIL FROM (SIZE=, RFC 1870) to a server that takes it, which refuses
-                // a message over its limit there, saying so, rather than after the whole message with a
-                // bare 552 that reads as a full mailbox.
-                try handle.setUpload(bytes, declaringSize: true)  // libcurl dot-stuffs lines that start with "."
+                try handle.setUpload(message.rendered())  // libcurl dot-stuffs lines that start with "."
                 handle.progress = message.progress
             } catch {
                 throw DeliveryFailure(.configuration, permanent: true)
@@ -130,8 +126,6 @@ public struct SMTPTransport: Transport {
         // authenticated`), and is the password's, not the sender's.
         case 530, 534, 535, 538: return DeliveryFailure(.auth, permanent: true)
         case 500..<600 where tooLarge: return DeliveryFailure(.tooLarge, permanent: true)
-        // A 552 to MAIL FROM is the size given there (RFC 1870 §6.1: over the server's fixed maximum).
-        case 552 where command == "MAIL": return DeliveryFailure(.tooLarge, permanent: true)
         case 500..<600 where command == "MAIL" && reply != 552:
             var failure = DeliveryFailure(.configuration, permanent: true)
             failure.hint = "the mail server refuses MAIL FROM (reply \(reply)): check from= and that this account may send from it"

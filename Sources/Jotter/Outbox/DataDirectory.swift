@@ -67,7 +67,7 @@ public final class DataDirectory: Sendable {
         var info = stat()
         if stat(path, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o077 != 0 {
             _ = chmod(path, info.st_mode & 0o700 | 0o700)
-        } else if info.st_uid != geteuid(), info.st_mode & 0o022 != 0 {
+        } else if info.st_uid != geteuid(), Self.othersMayReplaceFiles(info) {
             // Not ours to make private, and others may write in it: refused, not used as it is.
             throw Failure.writableByOthers(path: path, mode: info.st_mode, owner: info.st_uid)
         }
@@ -93,6 +93,23 @@ public final class DataDirectory: Sendable {
             throw Failure.locked(path: path)
         }
         lockDescriptors.withLock { $0 = [directoryDescriptor, fileDescriptor] }
+    }
+
+    /// Whether users other than this one may create, replace or remove files in a directory this user does
+    /// not own (sshd's StrictModes, for a directory): anyone may (mode o+w, sticky or not: a name not yet
+    /// made is anyone's to take); or its group may, unless root owns it and the group is one of this
+    /// process's (a service directory `root:jotter 0770`, a volume shared through its group on purpose).
+    static func othersMayReplaceFiles(_ info: stat) -> Bool {
+        if info.st_mode & 0o002 != 0 { return true }
+        guard info.st_mode & 0o020 != 0 else { return false }
+        return !(info.st_uid == 0 && Self.processGroups().contains(info.st_gid))
+    }
+
+    /// This process's groups: the effective one and the supplementary ones.
+    private static func processGroups() -> Set<gid_t> {
+        var groups = [gid_t](repeating: 0, count: Int(getgroups(0, nil)) + 1)
+        let count = getgroups(Int32(groups.count), &groups)
+        return Set(groups.prefix(max(0, Int(count)))).union([getegid()])
     }
 
     /// Unlocks before closing: a child process forked meanwhile (by Process, say) shares the lock's open

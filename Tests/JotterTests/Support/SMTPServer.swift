@@ -148,8 +148,7 @@ final class SMTPServer: Sendable {
     /// Starts a server writing into `directory` (created). TLS modes need `certificates`; `port` 0 picks a free one.
     init(mode: Mode, directory: String, certificates: TestCertificates? = nil,
          auth: (user: String, password: String)? = nil, delayMilliseconds: Int = 0, rcptDelayMilliseconds: Int = 0,
-         port: Int = 0, idleTimeoutSeconds: Double = 300, requireFQDNHelo: Bool = false,
-         dataSizeLimit: Int? = nil) throws {
+         port: Int = 0, idleTimeoutSeconds: Double = 300, requireFQDNHelo: Bool = false) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.mode = mode
         self.directory = directory
@@ -163,7 +162,6 @@ final class SMTPServer: Sendable {
             arguments += ["--auth", "\(auth.user):\(auth.password)"]
         }
         if requireFQDNHelo { arguments.append("--require-fqdn-helo") }
-        if let dataSizeLimit { arguments += ["--data-size-limit", String(dataSizeLimit)] }
         process = try FixtureProcess(script: "smtp_server.py", arguments: arguments,
                                      errorPath: directory + "/server.stderr")
     }

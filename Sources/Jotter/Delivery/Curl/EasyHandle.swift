@@ -35,8 +35,6 @@ public final class EasyHandle {
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
-    /// The upload's size was declared (`setUpload(_:declaringSize:)`): its last byte handed over is its end.
-    private var uploadEndsAtLastByte = false
 
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
@@ -66,7 +64,6 @@ public final class EasyHandle {
         responseHeaders = []
         phaseLimits = nil
         progress = nil
-        uploadEndsAtLastByte = false
     }
 
     /// Sets an integer option.
@@ -94,14 +91,10 @@ public final class EasyHandle {
         try check(jotter_curl_setopt_slist(handle, option, list))
     }
 
-    /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA). With `declaringSize`,
-    /// libcurl is told their size (`CURLOPT_INFILESIZE`: SMTP then gives it as `SIZE=` with MAIL FROM), and
-    /// asks for no more than that: the upload ends with its last byte handed over.
-    public func setUpload(_ bytes: [UInt8], declaringSize: Bool = false) throws {
+    /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA).
+    public func setUpload(_ bytes: [UInt8]) throws {
         upload = bytes
         uploadOffset = 0
-        uploadEndsAtLastByte = declaringSize
-        if declaringSize { try set(CURLOPT_INFILESIZE, bytes.count) }
         try check(jotter_curl_setopt_read_function(handle, jotterCurlRead))
         try check(jotter_curl_setopt_pointer(handle, CURLOPT_READDATA, Unmanaged.passUnretained(self).toOpaque()))
     }
@@ -231,14 +224,6 @@ public final class EasyHandle {
             UnsafeMutableRawPointer(buffer).copyMemory(from: base + uploadOffset, byteCount: count)
         }
         uploadOffset += count
-        // libcurl told the size (CURLOPT_INFILESIZE) asks for no more than that: the last byte handed over
-        // is the end of the upload, with no call that returns 0 to say so. (Not for an HTTP body: handed
-        // over with the request's head, it would count as sent before anything left, and a stale pooled
-        // connection's failure would no longer be tried again.)
-        if uploadEndsAtLastByte, uploadOffset == upload.count, uploadedAt == nil {
-            uploadedAt = monotonicNanoseconds()
-            progress?.markHandedOver()
-        }
         return count
     }
 
