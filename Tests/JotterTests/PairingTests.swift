@@ -650,9 +650,6 @@ import Testing
         }
     }
 
-    /// Revoked devices (a phone that paired again at a new address left its old one) can be forgotten:
-    /// gone from the list, one by id or all at once; a paired one must be revoked first. Its phone is then
-    /// "not paired" (it was "unpaired"), and the link's lost-answer retry gets no token for a device gone.
     /// Arguments that are not UTF-8 (a Latin-1 memo typed into `jotter send`) are refused as the same bytes
     /// from a file or stdin are, not delivered with each bad byte made U+FFFD.
     @Test func anArgumentThatIsNotUTF8IsRefused() throws {
@@ -663,6 +660,9 @@ import Testing
         #expect(sent.standardError.contains("argument 4 is not UTF-8 text"), "\(sent.standardError)")
     }
 
+    /// Revoked devices (a phone that paired again at a new address left its old one) can be forgotten:
+    /// gone from the list, one by id or all at once; a paired one must be revoked first. Its phone is then
+    /// "not paired" (it was "unpaired"), and the link's lost-answer retry gets no token for a device gone.
     @Test func revokedDevicesCanBeForgotten() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")
