@@ -209,17 +209,8 @@ struct ComposerRelayTests {
     @Test func aMessageHandedOverByARevokedDeviceIsNotTakenForDelivered() throws {
         let pair = try Pair(.sqlite, steered: true)
         defer { pair.stop() }
-        let mail = try #require(pair.mail)
-        try pair.verify()
-        mail.block()
-        let id = try pair.post("memo the relay forgets the sender of")
-        #expect(mail.waitUntilBlocked(timeout: 30))
-        #expect(try pair.composer.waitUntil(timeout: 30) {
-            try pair.entry(id)["last_error"] as? String == "relay_pending"
-        })
-        let devices = try pair.relay.outbox.database.read { database in
-            try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
-        }
+        let (mail, id) = try Self.heldAtTheRelay(pair, "memo the relay forgets the sender of")
+        let devices = try Self.relayDevices(pair)
         #expect(devices.count == 1)
         for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
         #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
@@ -246,7 +237,20 @@ struct ComposerRelayTests {
         #expect(try pair.entry(id)["status"] as? String == "failed", "still not taken for delivered")
     }
 
-    /// The relay's one device, by id (read from its store).
+    /// A verified pair's memo `text`, taken by the relay and held there (its mail blocked): the mail, and the memo's id.
+    static func heldAtTheRelay(_ pair: Pair, _ text: String) throws -> (mail: ControlledTransport, id: String) {
+        let mail = try #require(pair.mail)
+        try pair.verify()
+        mail.block()
+        let id = try pair.post(text)
+        #expect(mail.waitUntilBlocked(timeout: 30))
+        #expect(try pair.composer.waitUntil(timeout: 30) {
+            try pair.entry(id)["last_error"] as? String == "relay_pending"
+        })
+        return (mail, id)
+    }
+
+    /// The relay's devices, by id (read from its store).
     static func relayDevices(_ pair: Pair) throws -> [String] {
         try pair.relay.outbox.database.read { database in
             try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
@@ -323,18 +327,9 @@ struct ComposerRelayTests {
     @Test func aHandoverRecordedAfterTheReRegistrationIsStillTheOldDevices() throws {
         var pair = try Pair(.sqlite, steered: true)
         defer { pair.stop() }
-        let mail = try #require(pair.mail)
-        try pair.verify()
-        mail.block()
-        let id = try pair.post("memo handed over just before a re-registration")
-        #expect(mail.waitUntilBlocked(timeout: 30))
-        #expect(try pair.composer.waitUntil(timeout: 30) {
-            try pair.entry(id)["last_error"] as? String == "relay_pending"
-        })
+        let (mail, id) = try Self.heldAtTheRelay(pair, "memo handed over just before a re-registration")
         pair.composer.stop()
-        let devices = try pair.relay.outbox.database.read { database in
-            try database.statement("SELECT id FROM relay_devices").rows([]) { $0.text(0) ?? "" }
-        }
+        let devices = try Self.relayDevices(pair)
         #expect(devices.count == 1)
         for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
         // What the race leaves behind: the old secret forgotten by the other delivery, and this memo's
