@@ -38,13 +38,7 @@ public struct HTTPResponse: Sendable {
     /// `{"error":{"code":…,"message":…}}`. Messages are fixed text: never echo request content.
     public static func error(_ status: Int, code: String, message: String) -> HTTPResponse {
         var json = JSONWriter()
-        json.object { json in
-            json.key("error")
-            json.object { json in
-                json.field("code", code)
-                json.field("message", message)
-            }
-        }
+        json.object { $0.error(code: code, message: message) }
         return .json(status, json.bytes)
     }
 }

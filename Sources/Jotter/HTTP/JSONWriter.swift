@@ -27,6 +27,16 @@ public struct JSONWriter {
         needsComma = true
     }
 
+    /// The `"error": {"code", "message"}` member every error answer has, with `more` members in it after.
+    public mutating func error(code: String, message: String, _ more: (inout JSONWriter) -> Void = { _ in }) {
+        key("error")
+        object { json in
+            json.field("code", code)
+            json.field("message", message)
+            more(&json)
+        }
+    }
+
     /// An object key; the value follows.
     public mutating func key(_ key: String) {
         separate()

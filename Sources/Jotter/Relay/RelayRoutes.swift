@@ -329,10 +329,8 @@ struct RelayRoutes: Sendable {
                 // and whose address changed since follows that message instead of failing a memo the relay has.
                 var json = JSONWriter()
                 json.object { json in
-                    json.key("error")
-                    json.object { json in
-                        json.field("code", "idempotency_conflict")
-                        json.field("message", "This Idempotency-Key was already used for a different message.")
+                    json.error(code: "idempotency_conflict",
+                               message: "This Idempotency-Key was already used for a different message.") { json in
                         if let id { json.field("message_id", id) }
                     }
                 }

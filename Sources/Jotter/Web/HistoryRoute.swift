@@ -149,25 +149,13 @@ struct HistoryRoute: Sendable {
             // The error, and what is known without reading: why (a damaged page the read met, or a disk that
             // refuses), and the relay's state, so a monitor and the page can say more than "cannot read".
             // Failing since the first memo the disk refused; else only this read failed (since: null).
-            let trouble = outbox.storageTrouble
             var json = JSONWriter()
             json.object { json in
-                json.key("error")
-                json.object { json in
-                    json.field("code", "storage_unavailable")
-                    json.field("message", "The outbox database cannot be read.")
-                }
+                json.error(code: "storage_unavailable", message: Self.unreadable)
                 json.field("status", "degraded")
                 json.key("storage")
-                if outbox.damage == nil, trouble == nil {
-                    json.object { json in
-                        json.field("state", "failing")
-                        json.field("reason", (error as? DatabaseError)?.storageTrouble ?? "other")
-                        json.field("since", nil as String?)
-                    }
-                } else {
-                    Self.write(storage: trouble, damage: outbox.damage, to: &json)
-                }
+                Self.write(storage: outbox.storageTrouble, damage: outbox.damage,
+                           failedRead: (error as? DatabaseError)?.storageTrouble ?? "other", to: &json)
                 json.key("relay")
                 Self.write(relayState(), to: &json)
             }
@@ -175,23 +163,25 @@ struct HistoryRoute: Sendable {
         }
     }
 
-    /// `/healthz`'s `storage`: damaged pages outrank a disk that refuses, which outranks `ok`.
-    private static func write(storage: Outbox.StorageTrouble?, damage: IntegrityWatch.Damage?, to json: inout JSONWriter) {
+    /// `/healthz`'s `storage`: damaged pages outrank a disk that refuses, which outranks a read that just
+    /// failed for `failedRead` (failing, since null), which outranks `ok`.
+    private static func write(storage: Outbox.StorageTrouble?, damage: IntegrityWatch.Damage?, failedRead: String? = nil,
+                              to json: inout JSONWriter) {
         json.object { json in
             if let damage {
                 json.field("state", "damaged")
                 json.field("reason", damage.reason)
                 json.field("since", Timestamp.iso8601(milliseconds: damage.sinceMilliseconds))
             } else {
-                json.field("state", storage == nil ? "ok" : "failing")
-                json.field("reason", storage?.reason)
+                json.field("state", storage == nil && failedRead == nil ? "ok" : "failing")
+                json.field("reason", storage?.reason ?? failedRead)
                 json.field("since", storage.map { Timestamp.iso8601(milliseconds: $0.sinceMilliseconds) })
             }
         }
     }
 
-    private static let storageError = HTTPResponse.error(503, code: "storage_unavailable",
-                                                         message: "The outbox database cannot be read.")
+    private static let unreadable = "The outbox database cannot be read."
+    private static let storageError = HTTPResponse.error(503, code: "storage_unavailable", message: unreadable)
 
     /// A lowercase UUID, the only form Jotter issues.
     static func isMessageID(_ text: String) -> Bool {
