@@ -134,14 +134,15 @@ public final class DataDirectory: Sendable {
     /// Whether a process (a running server) holds the lock of the data directory at `path`.
     public static func isInUse(path: String) -> Bool {
         // The directory (this Jotter's lock), or the `lock` file (one from before, during an upgrade).
-        [open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), open(path + "/lock", O_RDONLY | O_CLOEXEC)].reduce(false) { held, fd in
-            guard fd >= 0 else { return held }
+        // flock locks belong to open file descriptions: these probes do not disturb the holder's lock.
+        func held(_ fd: Int32) -> Bool {
+            guard fd >= 0 else { return false }
             defer { close(fd) }
-            // flock locks belong to open file descriptions: this probe does not disturb the holder's lock.
-            guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return held || errno == EWOULDBLOCK }
+            guard flock(fd, LOCK_SH | LOCK_NB) == 0 else { return errno == EWOULDBLOCK }
             flock(fd, LOCK_UN)
-            return held
+            return false
         }
+        return held(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) || held(open(path + "/lock", O_RDONLY | O_CLOEXEC))
     }
 
     /// `$DATA/outbox-created`: written once an outbox opened here, so that a database that later goes
