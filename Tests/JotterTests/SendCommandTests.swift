@@ -315,6 +315,30 @@ import Testing
         #expect(bodies.contains { $0.hasSuffix(" and text\n") && $0.utf8.filter { $0 == 0x01 }.count == 20_000 })
     }
 
+    /// The server's cap is on the request's bytes; without a subject, `jotter send` sends the memo's bytes
+    /// alone, so a memo at the cap is taken as `curl --data-binary` would have it taken, and one byte more
+    /// is refused by the server (413), not lost or cut.
+    @Test func aMemoAtTheCapIsTakenAndOneByteMoreIsRefused() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"), maxBodyBytes: 64 * 1024)
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+        let atCap = String(repeating: "é", count: 32_767) + "ab"  // 65,536 bytes
+        #expect(atCap.utf8.count == 64 * 1024)
+        let taken = try Self.jotter(["send", "--url", url], input: Array(atCap.utf8))
+        #expect(taken.status == 0, "\(taken.error)")
+        let over = try Self.jotter(["send", "--url", url], input: Array((atCap + "c").utf8))
+        #expect(over.status == 65 && over.error.contains("413"), "\(over.status) \(over.error)")
+        #expect(server.waitUntil(timeout: 30) { Self.delivered(server).count == 1 })
+        let files = try FileManager.default.contentsOfDirectory(atPath: server.maildir + "/new").map { server.maildir + "/new/" + $0 }
+        let bodies = try Python.parseMessages(atPaths: files).compactMap { $0["body"] as? String }
+        // Base64 (the memo is not ASCII) carries the message's CRLF line ends, which Python leaves as they are.
+        let arrived = bodies.map { $0.replacingOccurrences(of: "\r\n", with: "\n") }
+        #expect(arrived.count == 1 && arrived.first == atCap + "\n",
+                "the memo at the cap arrived whole: \(arrived.map { ($0.utf8.count, $0.suffix(8)) })")
+        #expect(try server.outbox.history.acceptedCount() == 1)
+    }
+
     /// A wrong token once locked out (429 too_many_attempts) is still a wrong token: 77 at once, not a
     /// minute of waiting and 75; a --ca file that cannot be read is a usage error, not "not trusted".
     @Test func aLockedOutTokenAndAMissingCAEndAtOnce() throws {

@@ -91,7 +91,7 @@ public enum SendCommand {
         let key: String, form: (contentType: String, body: [UInt8])
         do {
             key = try options.key ?? SecureRandom.uuid()
-            form = try Self.multipart(body: body, subject: options.subject)
+            form = try Self.requestBody(body: body, subject: options.subject)
         } catch {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
@@ -172,6 +172,13 @@ public enum SendCommand {
         return Result(status: lastStatus, output: "",
                       error: "jotter send: gave up after \(options.retryFor) s (\(last)); the memo may have reached the "
                         + "server: see 'jotter history', or run again with --key \(key), which it takes at most once\n")
+    }
+
+    /// The memo as the request's body: without a subject its UTF-8 bytes as they are (`text/plain`), so a
+    /// memo the server's cap takes from `curl -d` is taken from here too; with one, `multipart/form-data`.
+    static func requestBody(body: String, subject: String?) throws -> (contentType: String, body: [UInt8]) {
+        guard subject != nil else { return ("text/plain; charset=utf-8", Array(body.utf8)) }
+        return try multipart(body: body, subject: subject)
     }
 
     /// The memo as `multipart/form-data`: its text as it is, where JSON would escape every line break,
