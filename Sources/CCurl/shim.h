@@ -31,6 +31,10 @@ static inline CURLcode jotter_curl_setopt_read_function(CURL *handle,
     return curl_easy_setopt(handle, CURLOPT_READFUNCTION, function);
 }
 
+static inline CURLcode jotter_curl_setopt_seek_function(CURL *handle, int (*function)(void *, curl_off_t, int)) {
+    return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, function);
+}
+
 static inline CURLcode jotter_curl_setopt_xferinfo_function(CURL *handle,
     int (*function)(void *, curl_off_t, curl_off_t, curl_off_t, curl_off_t)) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, function);

@@ -13,6 +13,9 @@ takes the Nth entry; when the list runs out every request is accepted. Entries:
   {"hang": 5}                     read the request, say nothing for 5 s, then close
   {"reset": true}                 read the request, then reset the connection (RST)
   {"accept_then_drop": true}      send the email (and remember the key), then close without answering
+  {"close_when_idle": "fin"}      accept, keeping the connection alive, then treat it as closed while idle:
+                                  the next request on it crossed the close, reaches no one (no step, no
+                                  email) and gets no answer; the connection ends with a FIN ("reset": RST)
   any entry may add "delay_ms": N (and --delay-ms N applies to every request)
 
 Idempotency as Resend documents it: a request whose Idempotency-Key was used for an email already
@@ -21,8 +24,9 @@ sent gets that first response again when its body is byte-identical (nothing is 
 409 concurrent_idempotent_requests.
 
 Records in --record DIR (JSON lines, flushed before the response goes out):
-  requests.jsonl   every request: n, time, method, path, headers (lowercased), body (base64),
-                   action, concurrent (requests in progress when it arrived, itself included)
+  requests.jsonl   every request: n, time, connection (numbered from 1 in order of first request),
+                   method, path, headers (lowercased), body (base64), action (closed_idle for one
+                   that crossed a close), concurrent (requests in progress when it arrived, itself included)
   emails.jsonl     every email actually sent: id, key, time, body (base64)
 """
 
@@ -49,6 +53,7 @@ class Relay:
         self.script = script
         self.next_step = 0
         self.count = 0
+        self.connections = 0
         self.in_progress = 0
         self.sent = {}        # Idempotency-Key -> (body bytes, status, response object)
         self.pending = set()  # keys of requests being processed now
@@ -63,6 +68,8 @@ class Relay:
 
     def decide(self, handler, key, body):
         """(step, action) for this request, under the lock."""
+        if getattr(handler, "closed_when_idle", None):
+            return {"close_with": handler.closed_when_idle}, "closed_idle"
         if handler.command != "POST" or handler.path != "/emails":
             return {"status": 404, "body": {"name": "not_found"}}, "not_found"
         if key is not None and key in self.sent:
@@ -106,11 +113,14 @@ class Relay:
         with self.lock:
             self.count += 1
             self.in_progress += 1
-            number, concurrent = self.count, self.in_progress
+            if not hasattr(handler, "connection_number"):
+                self.connections += 1
+                handler.connection_number = self.connections
+            number, concurrent, connection = self.count, self.in_progress, handler.connection_number
             step, action = self.decide(handler, key, body)
         try:
             self.record(self.requests, {
-                "n": number, "time": arrived, "method": handler.command, "path": handler.path,
+                "n": number, "time": arrived, "connection": connection, "method": handler.command, "path": handler.path,
                 "headers": {name.lower(): value for name, value in handler.headers.items()},
                 "body": base64.b64encode(body).decode(), "action": action, "concurrent": concurrent,
             })
@@ -130,12 +140,19 @@ class Relay:
             close(handler)
         elif action == "reset":
             reset(handler)
+        elif action == "closed_idle":
+            (reset if step["close_with"] == "reset" else close)(handler)
         elif action == "accept_then_drop":
             self.send_email(key, body)
             close(handler)
         elif action == "accept":
             response = self.send_email(key, body)
             respond(handler, step.get("status", 200), response)
+            if step.get("close_when_idle"):
+                # Alive as far as the client can tell, closed as far as we are concerned. (Closing the
+                # socket now would be seen: libcurl does not reuse a connection that has turned readable.
+                # A server's idle close that crosses the client's next request on the wire is not seen.)
+                handler.closed_when_idle = step["close_when_idle"]
         elif action == "replay":
             respond(handler, step["status"], step["body"])
         else:

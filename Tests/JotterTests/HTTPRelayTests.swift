@@ -321,6 +321,49 @@ import Testing
         #expect(logs.contains("error.kind=timeout") && logs.contains("error.kind=conflict"))
     }
 
+    // MARK: A reused connection
+
+    /// The API closed the kept-alive connection while it sat idle, and the next memo's request crossed
+    /// the close: it reached no one and nothing came back. libcurl sends such a request again by itself, on
+    /// a fresh connection, rewinding the body it had already read: with no way to rewind it, it gave up
+    /// ("necessary data rewind wasn't possible") and the memo waited for a second attempt.
+    @Test(arguments: [false, true])
+    func aMemoWhoseKeptAliveConnectionWasClosedIsSentAgainWholeOnAFreshOneAtTheFirstAttempt(reset: Bool) throws {
+        let directory = TemporaryDirectory()
+        let relay = try ScriptedRelay(script: [.acceptThenCloseWhenIdle(reset: reset)],
+                                      directory: directory.file("relay"))
+        defer { relay.stop() }
+        // One slot, one easy handle: the second memo goes out on the first one's connection.
+        let server = try Self.jotter(directory, relay: relay.relayURL(timeout: 10), slots: 1)
+        defer { server.stop() }
+
+        let first = try DeliveryKit.send(server, body: "kept alive")
+        #expect(try DeliveryKit.settle(server, first, timeout: 30).status == "sent")
+        // Larger than one read: every byte must be sent again, from the start.
+        let text = "sent again whole: Ünïcödé — 本文\n.\nend " + String(repeating: "0123456789", count: 20_000)
+        let second = try DeliveryKit.send(server, subject: "on a closed connection", body: text)
+        let entry = try DeliveryKit.settle(server, second, timeout: 30)
+        #expect(entry.status == "sent", "\(entry)")
+        #expect(entry.attempts == 1, "sent at the first attempt: \(entry)")
+        #expect(!server.logs.captured.contains("error.kind="), "no attempt failed")
+
+        let requests = relay.requests
+        try #require(requests.count == 3, "\(requests.map(\.action))")
+        #expect(requests.map(\.action) == ["accept", "closed_idle", "accept"])
+        #expect(requests[1].connection == requests[0].connection,
+                "the second memo went out on the first one's kept-alive connection")
+        #expect(requests[2].connection != requests[1].connection, "and again on a fresh one")
+        #expect(requests[1].idempotencyKey == second && requests[2].idempotencyKey == second)
+        #expect(requests[2].body == requests[1].body, "the body sent again is the body sent first, byte for byte")
+        #expect(requests[2].body.count == Int(requests[2].headers["content-length"] ?? ""))
+        let emails = relay.emails
+        try #require(emails.count == 2)
+        #expect(emails[1].key == second)
+        #expect(emails[1].body == requests[1].body)
+        #expect(emails[1].json?["text"] as? String == text)
+        #expect(emails[1].json?["subject"] as? String == "on a closed connection")
+    }
+
     // MARK: Offline
 
     @Test func memosTakenWhileTheRelayIsDownAreFlushedWhenItReturnsWithoutWaitingOutBackoff() throws {

@@ -17,6 +17,10 @@ final class ScriptedRelay: Sendable {
         case reset
         /// Send the email, then close without answering (the response is lost).
         case acceptThenDrop
+        /// Send the email and answer `200`, keeping the connection alive; then take it as closed while idle:
+        /// the next request on it crossed the close, reaches no one and gets no answer (the connection
+        /// ends with a FIN, or a reset).
+        case acceptThenCloseWhenIdle(reset: Bool = false)
         /// Take `milliseconds` to process, then send the email and answer `200` (while it works, a
         /// request with the same `Idempotency-Key` gets `409 concurrent_idempotent_requests`).
         case acceptSlowly(milliseconds: Int)
@@ -36,6 +40,8 @@ final class ScriptedRelay: Sendable {
                 return ["reset": true]
             case .acceptThenDrop:
                 return ["accept_then_drop": true]
+            case .acceptThenCloseWhenIdle(let reset):
+                return ["close_when_idle": reset ? "reset" : "fin"]
             case .acceptSlowly(let milliseconds):
                 return ["delay_ms": milliseconds]
             }
@@ -47,12 +53,15 @@ final class ScriptedRelay: Sendable {
         let number: Int
         /// Arrival, epoch seconds.
         let time: Double
+        /// Which connection it came on (numbered from 1 in order of their first request).
+        let connection: Int
         let method: String
         let path: String
         /// Names lowercased.
         let headers: [String: String]
         let body: [UInt8]
-        /// What the relay did: `accept`, `status 500`, `hang`, `reset`, `accept_then_drop`, `replay`, `mismatch`, …
+        /// What the relay did: `accept`, `status 500`, `hang`, `reset`, `accept_then_drop`, `replay`, `mismatch`,
+        /// `closed_idle`, …
         let action: String
         /// Requests in progress when this one arrived, itself included.
         let concurrent: Int
@@ -117,6 +126,7 @@ final class ScriptedRelay: Sendable {
     var requests: [Request] {
         lines("requests.jsonl").map { object in
             Request(number: object["n"] as? Int ?? 0, time: object["time"] as? Double ?? 0,
+                    connection: object["connection"] as? Int ?? 0,
                     method: object["method"] as? String ?? "", path: object["path"] as? String ?? "",
                     headers: object["headers"] as? [String: String] ?? [:],
                     body: Array(Data(base64Encoded: object["body"] as? String ?? "") ?? Data()),

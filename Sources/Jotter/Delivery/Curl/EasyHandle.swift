@@ -91,12 +91,18 @@ public final class EasyHandle {
         try check(jotter_curl_setopt_slist(handle, option, list))
     }
 
-    /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA).
+    /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA), rewindable: libcurl sends
+    /// a request again by itself on a fresh connection when a reused one turns out to have been closed by the
+    /// server (no reply at all), and for that it must rewind the body — without `CURLOPT_SEEKFUNCTION` it
+    /// fails the transfer with `CURLE_SEND_FAIL_REWIND` instead (libcurl `CURLOPT_SEEKFUNCTION(3)`).
     public func setUpload(_ bytes: [UInt8]) throws {
         upload = bytes
         uploadOffset = 0
+        let me = Unmanaged.passUnretained(self).toOpaque()
         try check(jotter_curl_setopt_read_function(handle, jotterCurlRead))
-        try check(jotter_curl_setopt_pointer(handle, CURLOPT_READDATA, Unmanaged.passUnretained(self).toOpaque()))
+        try check(jotter_curl_setopt_pointer(handle, CURLOPT_READDATA, me))
+        try check(jotter_curl_setopt_seek_function(handle, jotterCurlSeek))
+        try check(jotter_curl_setopt_pointer(handle, CURLOPT_SEEKDATA, me))
     }
 
     /// Runs the transfer, collecting the response body and headers.
@@ -227,6 +233,18 @@ public final class EasyHandle {
         return count
     }
 
+    /// libcurl's seek callback: the body is read again from `offset` (`SEEK_SET`; the start, when libcurl sends
+    /// a POST again). The offset is into `upload` as given, before the dot-stuffing libcurl does for SMTP.
+    /// What was read before went out on a connection libcurl has given up, so the body is not `uploaded` until
+    /// it has all been read again. (`progress` stays handed over if it was: that copy may have arrived, and
+    /// stopping now would not take it back.)
+    fileprivate func seek(to offset: curl_off_t, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET, offset >= 0, offset <= upload.count else { return CURL_SEEKFUNC_CANTSEEK }
+        uploadOffset = Int(offset)
+        uploadedAt = nil
+        return CURL_SEEKFUNC_OK
+    }
+
     /// libcurl's progress callback (at least once a second): false stops the transfer, a phase's limit
     /// having passed.
     fileprivate func withinPhaseLimits() -> Bool {
@@ -293,6 +311,11 @@ private func jotterCurlRead(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int,
                             _ context: UnsafeMutableRawPointer?) -> Int {
     guard let buffer, let context else { return 0 }
     return Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue().read(into: buffer, capacity: size * count)
+}
+
+private func jotterCurlSeek(_ context: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
+    guard let context else { return CURL_SEEKFUNC_CANTSEEK }
+    return Unmanaged<EasyHandle>.fromOpaque(context).takeUnretainedValue().seek(to: offset, origin: origin)
 }
 
 private func jotterCurlProgress(_ context: UnsafeMutableRawPointer?, _ downloadTotal: curl_off_t, _ downloaded: curl_off_t,
