@@ -154,6 +154,42 @@ import Testing
         #expect(!server.logs.captured.contains("delivery failed"), "\(server.logs.captured)")
     }
 
+    /// A server that names its largest message in EHLO (`SIZE`, as aiosmtpd and Postfix do) and answers a
+    /// larger one with a bare `552` after the whole upload: such a memo is not sent at all and fails
+    /// `too_large` at once, on a fresh connection and on a reused one (not greeted again); smaller memos go.
+    @Test func aMemoLargerThanTheAdvertisedSizeIsNotSent() throws {
+        let fixture = try Fixture(["size": 4000])
+        defer { fixture.stop() }
+        let server = fixture.server
+        let large = String(repeating: "a long line of a long memo\n", count: 250)  // 7,000 bytes
+        let first = try DeliveryKit.send(server, body: large)
+        let refused = try DeliveryKit.settle(server, first, timeout: 30)
+        #expect(refused.status == "failed" && refused.lastError == "too_large" && refused.attempts == 1, "\(refused)")
+        let small = try DeliveryKit.send(server, body: "small")
+        #expect(try DeliveryKit.wait(server, small, timeout: 30) { $0.status == "sent" }.status == "sent")
+        let again = try DeliveryKit.send(server, body: large + "again")
+        let refusedAgain = try DeliveryKit.settle(server, again, timeout: 30)
+        #expect(refusedAgain.status == "failed" && refusedAgain.lastError == "too_large" && refusedAgain.attempts == 1,
+                "\(refusedAgain)")
+        #expect(fixture.received == 1, "only the small memo was uploaded")
+        #expect(!fixture.events.contains("EOD 552"))
+    }
+
+    @Test func sizeLimitsAreReadFromEHLOLines() {
+        func limit(_ line: String) -> Int? {
+            Array(line.utf8).withUnsafeBytes { EasyHandle.sizeLimit(inEHLOLine: $0) }
+        }
+        #expect(limit("250-SIZE 10240000\r\n") == 10_240_000)
+        #expect(limit("250 SIZE 52428800\r\n") == 52_428_800)
+        #expect(limit("250-size 1000\r\n") == 1_000)
+        #expect(limit("250 SIZE\r\n") == 0, "no number: no fixed limit")
+        #expect(limit("250-SIZEX 5\r\n") == nil)
+        #expect(limit("250-SIZE ten\r\n") == nil)
+        #expect(limit("250-8BITMIME\r\n") == nil)
+        #expect(limit("550 SIZE 5\r\n") == nil)
+        #expect(limit("Content-Length: 5\r\n") == nil)
+    }
+
     @Test func enhancedStatusCodesAreReadFromReplyLines() {
         func status(_ line: String) -> String? {
             Array(line.utf8).withUnsafeBytes { EasyHandle.enhancedStatus(inReply: $0) }

@@ -67,6 +67,7 @@ public struct SMTPTransport: Transport {
             do throws(CurlError) {
                 try handle.perform()
             } catch {
+                if handle.exceededAdvertisedSize { throw DeliveryFailure(.tooLarge, permanent: true) }
                 throw Self.failure(curl: error, reply: handle.responseCode, refused: handle.refusedSMTPCommand,
                                    enhanced: handle.enhancedStatus, uploaded: handle.uploaded,
                                    recipientIsFixed: !message.onBehalfOfRecipient).explainingCertificate(error, CertificateNames.Target(
@@ -109,7 +110,8 @@ public struct SMTPTransport: Transport {
     /// greeting, a refused EHLO or STARTTLS) refuses this client, not the memo: held as the configuration's
     /// too. So is a refused `RCPT` when every memo goes to the same configured recipient (a composer's;
     /// `recipientIsFixed`). An enhanced status code (RFC 3463) says what a `552` is: `5.3.4` and `5.2.3`, a
-    /// message too large, fail at once; otherwise a full mailbox, tried again. And a message taken whole
+    /// message too large, fail at once; otherwise a full mailbox, tried again (a message larger than the
+    /// `SIZE` the server's EHLO named is not sent at all, and fails `too_large` too). And a message taken whole
     /// (`uploaded`) with no reply to it is `noReply`: it may have arrived.
     static func failure(curl error: CurlError, reply: Int, refused command: String? = nil, enhanced: String? = nil,
                         uploaded: Bool = false, recipientIsFixed: Bool = false) -> DeliveryFailure {

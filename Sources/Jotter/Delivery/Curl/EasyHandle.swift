@@ -35,6 +35,12 @@ public final class EasyHandle {
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
+    /// The largest message the SMTP server says it takes (`SIZE` in its EHLO reply, RFC 1870), as last
+    /// seen on this handle's connection (a reused connection is not greeted again); nil: none said.
+    public private(set) var advertisedMessageSizeLimit: Int?
+    /// Whether the last transfer was stopped before its upload because the message is larger than
+    /// `advertisedMessageSizeLimit`: nothing of it was sent.
+    public private(set) var exceededAdvertisedSize = false
 
     /// A new handle; throws if libcurl cannot allocate one.
     public init() throws {
@@ -126,6 +132,7 @@ public final class EasyHandle {
         uploadedAt = nil
         enhancedStatus = nil
         exceededPhaseLimit = false
+        exceededAdvertisedSize = false
         var code = curl_easy_perform(handle)
         if code != CURLE_OK && isStaleConnectionFailure(code) {
             // The server closed an idle pooled connection (common with TLS servers whose idle timeout
@@ -217,6 +224,12 @@ public final class EasyHandle {
     }
 
     fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+        // A server that said how large a message it takes would refuse this one after the whole upload
+        // (a bare `552`, read as a full mailbox and uploaded again on every retry): stop before the first byte.
+        if uploadOffset == 0, let limit = advertisedMessageSizeLimit, upload.count > limit {
+            exceededAdvertisedSize = true
+            return Int(CURL_READFUNC_ABORT)
+        }
         let count = min(capacity, upload.count - uploadOffset)
         guard count > 0 else {
             if uploadedAt == nil {
@@ -272,6 +285,7 @@ public final class EasyHandle {
 
     fileprivate func header(_ bytes: UnsafeRawBufferPointer) {
         if let status = Self.enhancedStatus(inReply: bytes) { enhancedStatus = status }
+        if let limit = Self.sizeLimit(inEHLOLine: bytes) { advertisedMessageSizeLimit = limit > 0 ? limit : nil }
         let line = String(decoding: bytes, as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             responseHeaders = []  // a new response (after 100 Continue or a redirect)
@@ -285,6 +299,22 @@ public final class EasyHandle {
 }
 
 extension EasyHandle {
+    /// The number from an EHLO reply line `250-SIZE 10240000` or `250 SIZE 10240000` (RFC 1870; `0`, or no
+    /// number, is no limit: 0); nil for any other line.
+    static func sizeLimit(inEHLOLine line: UnsafeRawBufferPointer) -> Int? {
+        let bytes = Array(line.prefix(40))
+        guard bytes.count >= 8, bytes[0] == UInt8(ascii: "2"), bytes[1] == UInt8(ascii: "5"), bytes[2] == UInt8(ascii: "0"),
+              bytes[3] == 0x20 || bytes[3] == 0x2D,
+              String(decoding: bytes[4..<8], as: UTF8.self).uppercased() == "SIZE" else { return nil }
+        var rest = bytes[8...]
+        while let last = rest.last, last == 0x0D || last == 0x0A || last == 0x20 { rest = rest.dropLast() }
+        guard !rest.isEmpty else { return 0 }
+        guard rest.first == 0x20 else { return nil }  // "SIZEX": another keyword
+        let digits = rest.drop { $0 == 0x20 }
+        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+        return Int(String(decoding: digits, as: UTF8.self))
+    }
+
     /// `5.3.4` from an SMTP reply line `552 5.3.4 Message too big` or `552-5.3.4 …` (the class digit
     /// matching the reply's); nil for any other line.
     static func enhancedStatus(inReply line: UnsafeRawBufferPointer) -> String? {
