@@ -66,98 +66,8 @@ public final class Database {
     public func close() {
         guard !isClosed else { return }
         isClosed = true
-        if let held = snapshot?.statement {
-            sqlite3_wal_hook(connection, nil, nil)
-            sqlite3_finalize(held)
-            snapshot = nil
-        }
         statements.removeAll()
         sqlite3_close_v2(connection)
-    }
-
-    // MARK: The read snapshot held between writes
-
-    /// What `holdSnapshotBetweenWrites` keeps: a statement left stepped, which keeps the connection's read
-    /// transaction (and its WAL read mark) open after COMMIT, and the WAL's size after the last commit.
-    private struct HeldSnapshot {
-        let statement: OpaquePointer
-        var isHeld = false
-        var framesInWAL: Int32 = 0
-        let checkpointAfterFrames: Int32
-    }
-
-    private var snapshot: HeldSnapshot?
-
-    /// Keeps this connection's read transaction open from one write transaction to the next, for a
-    /// connection that only ever writes (the writer's: every use of it is a `write`).
-    ///
-    /// Every transaction in WAL mode begins by reading: it takes a read mark in the `-shm` file, and as the
-    /// last commit moved the WAL's end past every mark, it first moves one, under an exclusive lock. That
-    /// is three `fcntl` calls to begin and one to end, besides the writer lock's two: six system calls for
-    /// a memo's commit, all on its critical path. Holding the read transaction between writes leaves the
-    /// writer lock's two. It is safe because nothing reads here outside a write: `BEGIN IMMEDIATE` finds the
-    /// snapshot current (this connection wrote last) or fails with `SQLITE_BUSY_SNAPSHOT` when another
-    /// process wrote meanwhile (`jotter devices`), and then begins again on a fresh snapshot. A held read
-    /// transaction also stops checkpoints at its mark, so SQLite's autocheckpoint is replaced by one run
-    /// here after a commit, with the snapshot let go, as soon as the WAL holds `checkpointAfterFrames`
-    /// frames (SQLite's default, 1,000 pages): the same checkpoints at the same points.
-    func holdSnapshotBetweenWrites(checkpointAfterFrames: Int32 = 1000) throws {
-        guard snapshot == nil else { return }
-        var statement: OpaquePointer?
-        let sql = "SELECT 1 FROM sqlite_schema"
-        let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
-        guard code == SQLITE_OK, let statement else {
-            sqlite3_finalize(statement)
-            throw DatabaseError(code: code, connection: connection, sql: sql)
-        }
-        snapshot = HeldSnapshot(statement: statement, checkpointAfterFrames: checkpointAfterFrames)
-        sqlite3_wal_hook(connection, { context, _, _, frames in
-            guard let context else { return SQLITE_OK }
-            Unmanaged<Database>.fromOpaque(context).takeUnretainedValue().snapshot?.framesInWAL = frames
-            return SQLITE_OK
-        }, Unmanaged.passUnretained(self).toOpaque())
-    }
-
-    /// Whether the read transaction is being held between writes now.
-    var holdsSnapshot: Bool { snapshot?.isHeld ?? false }
-
-    /// Ends the held read transaction: the next transaction begins on a fresh snapshot.
-    func releaseSnapshot() {
-        guard let held = snapshot, held.isHeld else { return }
-        sqlite3_reset(held.statement)
-        snapshot?.isHeld = false
-    }
-
-    /// Steps the holding statement inside a write transaction, so that its read outlives the COMMIT.
-    private func holdSnapshot() {
-        guard let held = snapshot, !held.isHeld else { return }
-        if sqlite3_step(held.statement) == SQLITE_ROW {
-            snapshot?.isHeld = true
-        } else {
-            sqlite3_reset(held.statement)
-        }
-    }
-
-    /// `BEGIN IMMEDIATE`; on a held snapshot that another connection's commit made stale (or while another
-    /// holds the write lock: the busy timeout waits only for a connection with no read transaction), again
-    /// on a fresh one.
-    private func beginImmediate() throws {
-        do {
-            try run("BEGIN IMMEDIATE")
-        } catch let error as DatabaseError where error.primaryCode == SQLITE_BUSY && holdsSnapshot {
-            releaseSnapshot()
-            try run("BEGIN IMMEDIATE")
-        }
-    }
-
-    /// The checkpoint SQLite's autocheckpoint would have run after this commit, with the snapshot let go.
-    private func checkpointIfDue() {
-        guard let held = snapshot, held.framesInWAL >= held.checkpointAfterFrames else { return }
-        snapshot?.framesInWAL = 0
-        releaseSnapshot()
-        // As the autocheckpoint: PASSIVE, its outcome not the commit's (a reader in the way is tried again
-        // after the next commit).
-        _ = sqlite3_wal_checkpoint_v2(connection, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
     }
 
     /// Runs one or more SQL statements without parameters.
@@ -201,15 +111,12 @@ public final class Database {
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back if it throws. BEGIN and COMMIT are
     /// prepared once (`sqlite3_exec` would parse them again for every transaction).
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try beginImmediate()
+        try run("BEGIN IMMEDIATE")
         do {
             let result = try body(self)
-            holdSnapshot()
             try run("COMMIT")
-            checkpointIfDue()
             return result
         } catch {
-            releaseSnapshot()
             try? execute("ROLLBACK")
             throw error
         }

@@ -9,19 +9,9 @@ import Synchronization
 /// commits with `synchronous=NORMAL`, so the commit rides on the next durable commit or checkpoint
 /// (see DESIGN, "Power loss").
 ///
-/// The writer holds its read transaction from one write to the next (`Database.holdSnapshotBetweenWrites`:
-/// four system calls fewer per commit) while writes keep coming, and lets it go after a second without
-/// one, so that an idle server's WAL can be checkpointed by anyone (`sqlite3 … 'PRAGMA wal_checkpoint'`).
-///
-/// `@unchecked Sendable`: `writer` and the idle check's state are touched only on `queue` (asserted),
-/// `reader` only while holding `readerLock`.
+/// `@unchecked Sendable`: `writer` is touched only on `queue` (asserted), `reader` only while holding `readerLock`.
 public final class DatabaseQueue: @unchecked Sendable {
     private let writer: Database
-    /// Writes since the idle check last looked, and whether a look is due (on `queue`).
-    private var writesSinceIdleCheck = 0
-    private var idleCheckDue = false
-    /// How long the writer holds its snapshot with no write.
-    private static let idleRelease: DispatchTimeInterval = .seconds(1)
     private let reader: Database
     private let readerLock = Mutex(())
     private let queue = DispatchQueue(label: "jotter.database.writer", qos: .userInitiated)
@@ -38,7 +28,6 @@ public final class DatabaseQueue: @unchecked Sendable {
         let writer = try Database(path: path, vfs: vfs)
         try Self.configure(writer)
         try Migrations.migrate(writer)
-        try writer.holdSnapshotBetweenWrites()
         let reader = try Database(path: path, vfs: vfs)
         try reader.execute("PRAGMA busy_timeout = 5000")
         self.writer = writer
@@ -88,35 +77,10 @@ public final class DatabaseQueue: @unchecked Sendable {
     /// A write transaction, on the writer queue (asserted): for work already running there.
     public func transaction<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
-        defer { noteWrite() }
         if durable { return try writer.gatheringWALWrites { try writer.write(body) } }
         try writer.run("PRAGMA synchronous = NORMAL")
         defer { try? writer.run("PRAGMA synchronous = FULL") }
         return try writer.write(body)
-    }
-
-    /// Counts a write, and has the idle check look in a while when the writer holds its snapshot.
-    private func noteWrite() {
-        guard !idleCheckDue else {
-            writesSinceIdleCheck += 1
-            return
-        }
-        guard writer.holdsSnapshot else { return }
-        idleCheckDue = true
-        writesSinceIdleCheck = 0
-        queue.asyncAfter(deadline: .now() + Self.idleRelease) { [weak self] in self?.releaseSnapshotIfIdle() }
-    }
-
-    /// Lets the writer's snapshot go if nothing was written since the last look; else looks again later.
-    private func releaseSnapshotIfIdle() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        guard writesSinceIdleCheck == 0 else {
-            writesSinceIdleCheck = 0
-            queue.asyncAfter(deadline: .now() + Self.idleRelease) { [weak self] in self?.releaseSnapshotIfIdle() }
-            return
-        }
-        idleCheckDue = false
-        writer.releaseSnapshot()
     }
 
     /// Runs `body` in a read transaction (one consistent snapshot) on the reader connection.
