@@ -9,8 +9,8 @@ control.json in OUTDIR is read at every step (the test may rewrite it), each key
   {"greeting": "554 5.7.1 blocked", "ehlo": "550 no", "mail": "...", "rcpt": "...", "data": "...",
    "eod": "552 5.3.4 Message too big", "drop_after_data": true, "idle_421_after": 0.5, "size": 2000}
 (idle_421_after: seconds of silence after an answered message before the 421 and the close; size: the
-SIZE its EHLO names, 10485760 if not given, and a message larger than it is answered with aiosmtpd's bare
-"552 Error: Too much mail data")
+SIZE its EHLO names, 10485760 if not given, none if null, and a message larger than it is answered with
+aiosmtpd's bare "552 Error: Too much mail data")
 A missing key is a well-behaved server's answer. Everything goes to OUTDIR:
   NNNN.eml          each message whose end of DATA was received (answered or not)
   events.log        one line per step: "CONNECT", "GREETING 554", "EOD 250", "DROPPED", "IDLE421"
@@ -87,8 +87,11 @@ def handle(client, outdir):
                 if answer:
                     reply(answer)
                 else:
-                    size = int(rules.get("size", 10485760))
-                    client.sendall(b"250-scripted.test\r\n250-8BITMIME\r\n250 SIZE %d\r\n" % size)
+                    size = rules.get("size", 10485760)
+                    if size is None:
+                        client.sendall(b"250-scripted.test\r\n250 8BITMIME\r\n")
+                    else:
+                        client.sendall(b"250-scripted.test\r\n250-8BITMIME\r\n250 SIZE %d\r\n" % int(size))
             elif verb == b"MAIL":
                 reply(rules.get("mail", "250 2.1.0 Ok"))
             elif verb == b"RCPT":
@@ -110,7 +113,7 @@ def handle(client, outdir):
                     event(outdir, "DROPPED")
                     client.shutdown(socket.SHUT_RDWR)
                     return
-                too_much = len(message) > int(rules.get("size", 10485760))
+                too_much = len(message) > int(rules.get("size", 10485760) or 10485760)
                 answer = rules.get("eod", "552 Error: Too much mail data" if too_much else "250 2.0.0 Ok: queued")
                 event(outdir, "EOD " + answer[:3])
                 reply(answer)

@@ -173,6 +173,11 @@ import Testing
                 "\(refusedAgain)")
         #expect(fixture.received == 1, "only the small memo was uploaded")
         #expect(!fixture.events.contains("EOD 552"))
+        // The server stops naming a limit: a new connection's greeting forgets the old one, and the memo goes.
+        try fixture.script(["size": NSNull()])
+        let unlimited = try DeliveryKit.send(server, body: large + "now taken")
+        let sent = try DeliveryKit.wait(server, unlimited, timeout: 30) { $0.status != "queued" && $0.status != "sending" }
+        #expect(sent.status == "sent" && sent.attempts == 1, "\(sent)")
     }
 
     @Test func sizeLimitsAreReadFromEHLOLines() {

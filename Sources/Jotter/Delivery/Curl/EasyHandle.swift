@@ -35,8 +35,9 @@ public final class EasyHandle {
     private var startedAt: UInt64 = 0
     private var uploadedAt: UInt64?
     private var exceededPhaseLimit = false
-    /// The largest message the SMTP server says it takes (`SIZE` in its EHLO reply, RFC 1870), as last
-    /// seen on this handle's connection (a reused connection is not greeted again); nil: none said.
+    /// The largest message the SMTP server says it takes (`SIZE` in its EHLO reply, RFC 1870), as said on
+    /// this handle's connection (kept for a reused connection, which is not greeted again; cleared by a new
+    /// greeting); nil: none said.
     public private(set) var advertisedMessageSizeLimit: Int?
     /// Whether the last transfer was stopped before its upload because the message is larger than
     /// `advertisedMessageSizeLimit`: nothing of it was sent.
@@ -285,7 +286,13 @@ public final class EasyHandle {
 
     fileprivate func header(_ bytes: UnsafeRawBufferPointer) {
         if let status = Self.enhancedStatus(inReply: bytes) { enhancedStatus = status }
-        if let limit = Self.sizeLimit(inEHLOLine: bytes) { advertisedMessageSizeLimit = limit > 0 ? limit : nil }
+        if let limit = Self.sizeLimit(inEHLOLine: bytes) {
+            advertisedMessageSizeLimit = limit > 0 ? limit : nil
+        } else if bytes.starts(with: "220".utf8) {
+            // A new connection's greeting, or STARTTLS's go-ahead: the EHLO that follows says the limit anew
+            // (or says none), and a stale one must not fail a memo this server would take.
+            advertisedMessageSizeLimit = nil
+        }
         let line = String(decoding: bytes, as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             responseHeaders = []  // a new response (after 100 Continue or a redirect)
