@@ -684,13 +684,7 @@ struct ComposerRelayTests {
         let fixture = try AccountFixture()
         defer { fixture.stop() }
         let relay = fixture.relay, account = fixture.account
-        func verify(_ address: String) throws {
-            let known = try relay.mailFiles(to: address)
-            #expect(try account.requestCode(address: address, language: "en").status == 202)
-            let code = try relay.newCode(to: address, known: known)
-            #expect(try account.confirm(code: code)?.status == 200)
-        }
-        try verify("ana@example.com")
+        try Self.verify("ana@example.com", account: account, at: relay)
         let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000a1b2", date: 1_764_581_405_000,
                                from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
                                subject: "taken before the move", body: "taken before the move")
@@ -698,7 +692,7 @@ struct ComposerRelayTests {
         var first = JSONWriter()
         first.object { $0.field("to", "ana@example.com"); $0.field("subject", memo.subject); $0.field("body", memo.body) }
         #expect(try account.call("/v1/messages", json: first.bytes, idempotencyKey: memo.id).status == 202)
-        try verify("bob@example.com")
+        try Self.verify("bob@example.com", account: account, at: relay)
 
         let transport = JotterRelayTransport(account: account)
         _ = try transport.send(memo)  // before: DeliveryFailure(.conflict, permanent: true), the memo failed
@@ -714,9 +708,7 @@ struct ComposerRelayTests {
         let fixture = try AccountFixture()
         defer { fixture.stop() }
         let relay = fixture.relay, account = fixture.account
-        let known = try relay.mailFiles(to: "ana@example.com")
-        #expect(try account.requestCode(address: "ana@example.com", language: "en").status == 202)
-        #expect(try account.confirm(code: try relay.newCode(to: "ana@example.com", known: known))?.status == 200)
+        try Self.verify("ana@example.com", account: account, at: relay)
         let written = Int64(Date().timeIntervalSince1970 * 1000) - 3 * 3_600_000  // three hours in the outbox
         let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e1", date: written,
                                from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
@@ -726,6 +718,14 @@ struct ComposerRelayTests {
         let mail = try #require(try relay.mails(to: "ana@example.com")
             .first { ($0.message["body"] as? String ?? "").contains("written on the train") })
         #expect(mail.message["date"] as? String == Timestamp.rfc5322(milliseconds: written))
+    }
+
+    /// Verifies `address` for `account` at `relay` directly (no composer page): asks for a code, reads it
+    /// from the relay's mail, confirms it.
+    static func verify(_ address: String, account: JotterRelayAccount, at relay: RelayServer) throws {
+        let known = try relay.mailFiles(to: address)
+        #expect(try account.requestCode(address: address, language: "en").status == 202)
+        #expect(try account.confirm(code: try relay.newCode(to: address, known: known))?.status == 200)
     }
 
     /// A composer's account at `fixture`'s relay through `older_relay.py` (refusing the request members
@@ -762,9 +762,7 @@ struct ComposerRelayTests {
             proxy.stop()
         }
         for address in ["ana@example.com", "bo@example.com"] {
-            let known = try relay.mailFiles(to: address)
-            #expect(try account.requestCode(address: address, language: "en").status == 202)
-            #expect(try account.confirm(code: try relay.newCode(to: address, known: known))?.status == 200)
+            try Self.verify(address, account: account, at: relay)
         }
         let listed = try account.call("/v1/destinations")
         guard case .array(let entries)? = listed.json?["destinations"] else {
@@ -791,9 +789,7 @@ struct ComposerRelayTests {
             outbox.close()
             older.stop()
         }
-        let known = try relay.mailFiles(to: "ana@example.com")
-        #expect(try account.requestCode(address: "ana@example.com", language: "en").status == 202)
-        #expect(try account.confirm(code: try relay.newCode(to: "ana@example.com", known: known))?.status == 200)
+        try Self.verify("ana@example.com", account: account, at: relay)
         let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e2", date: 1_764_581_405_000,
                                from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
                                subject: "to an older relay", body: "to an older relay")
