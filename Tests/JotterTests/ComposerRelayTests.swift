@@ -82,6 +82,17 @@ struct ComposerRelayTests {
             try #require(try composer.route("GET", "/history/\(id)").json as? [String: Any])
         }
 
+        /// Waits for memo `id` to fail with `reason`, and checks it is kept whole (its sealed body), for Retry.
+        func expectFailedKeptWhole(_ id: String, reason: String) throws {
+            #expect(try composer.waitUntil(timeout: 30) { try entry(id)["status"] as? String == "failed" },
+                    "\((try? entry(id)) ?? [:])")
+            #expect(try entry(id)["last_error"] as? String == reason)
+            let kept = try composer.outbox.database.read { database in
+                try database.statement("SELECT sealed_payload IS NOT NULL FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
+            }
+            #expect(kept == 1, "the memo is kept whole, for Retry")
+        }
+
         /// Asks for a code through the composer, reads it from the relay's mail, confirms it.
         func verify(_ address: String = ComposerRelayTests.address) throws {
             let known = try relay.mailFiles(to: address)
@@ -213,13 +224,7 @@ struct ComposerRelayTests {
         let devices = try Self.relayDevices(pair)
         #expect(devices.count == 1)
         for device in devices { try pair.relay.application.service.revoke(deviceID: device) }
-        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
-                "\((try? pair.entry(id)) ?? [:])")
-        #expect(try pair.entry(id)["last_error"] as? String == "relay_reregistered")
-        let kept = try pair.composer.outbox.database.read { database in
-            try database.statement("SELECT sealed_payload IS NOT NULL FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
-        }
-        #expect(kept == 1, "the memo is kept whole, for Retry")
+        try pair.expectFailedKeptWhole(id, reason: "relay_reregistered")
         // No code was mailed to the new device: nothing is pending (the page asked for a code that never
         // came), and the address verified before is offered again.
         let destination = try #require(try pair.page("GET", "/destination").json as? [String: Any])
@@ -342,13 +347,7 @@ struct ComposerRelayTests {
         }
         database.close()
         pair.composer = try Pair.composer(pair.composerDirectory.path, relayPort: pair.relay.port)
-        #expect(try pair.composer.waitUntil(timeout: 30) { try pair.entry(id)["status"] as? String == "failed" },
-                "\((try? pair.entry(id)) ?? [:])")
-        #expect(try pair.entry(id)["last_error"] as? String == "relay_reregistered")
-        let kept = try pair.composer.outbox.database.read { database in
-            try database.statement("SELECT sealed_payload IS NOT NULL FROM messages WHERE id = ?").firstRow([.text(id)]) { $0.int64(0) }
-        }
-        #expect(kept == 1, "the memo is kept whole, for Retry")
+        try pair.expectFailedKeptWhole(id, reason: "relay_reregistered")
         #expect(try pair.devices() == 2, "registered anew")
         mail.release()
         #expect(try pair.relay.finishDeliveries())
@@ -728,9 +727,24 @@ struct ComposerRelayTests {
         #expect(try account.confirm(code: try relay.newCode(to: address, known: known))?.status == 200)
     }
 
+    /// Runs `body` with a fresh relay fixture, a composer's account at it through `older_relay.py` (refusing
+    /// the request members `names`) and the path of the proxy's log; stops all of it afterwards.
+    static func withAccountBehindOlderRelay(refusing names: String,
+                                            _ body: (AccountFixture, JotterRelayAccount, String) throws -> Void) throws {
+        let fixture = try AccountFixture()
+        defer { fixture.stop() }
+        let log = fixture.relayDirectory.file("older_relay.stderr")
+        let (proxy, outbox, account) = try accountBehindOlderRelay(fixture, refusing: names, log: log)
+        defer {
+            outbox.close()
+            proxy.stop()
+        }
+        try body(fixture, account, log)
+    }
+
     /// A composer's account at `fixture`'s relay through `older_relay.py` (refusing the request members
     /// `names`, its log at `log`), on an outbox of its own: the proxy and the outbox, for the caller to stop.
-    static func accountBehindOlderRelay(_ fixture: AccountFixture, refusing names: String, log: String) throws
+    private static func accountBehindOlderRelay(_ fixture: AccountFixture, refusing names: String, log: String) throws
         -> (proxy: FixtureProcess, outbox: Outbox, account: JotterRelayAccount) {
         let proxy = try FixtureProcess(script: "older_relay.py", arguments: [String(fixture.relay.port), names], errorPath: log)
         let outbox: Outbox
@@ -752,54 +766,41 @@ struct ComposerRelayTests {
     /// A new address replaces the verified one, and the relay forgets the old one — without either address
     /// in a URL, where the access log of a proxy in front of the relay would keep it.
     @Test func noAddressGoesIntoAURL() throws {
-        let fixture = try AccountFixture()
-        defer { fixture.stop() }
-        let relay = fixture.relay
-        let requests = fixture.relayDirectory.file("proxy.stderr")
-        let (proxy, outbox, account) = try Self.accountBehindOlderRelay(fixture, refusing: "none", log: requests)
-        defer {
-            outbox.close()
-            proxy.stop()
+        try Self.withAccountBehindOlderRelay(refusing: "none") { fixture, account, requests in
+            for address in ["ana@example.com", "bo@example.com"] {
+                try Self.verify(address, account: account, at: fixture.relay)
+            }
+            let listed = try account.call("/v1/destinations")
+            guard case .array(let entries)? = listed.json?["destinations"] else {
+                Issue.record("no list: \(listed.status)")
+                return
+            }
+            let addresses = entries.compactMap { $0["address"]?.string }
+            #expect(addresses == ["bo@example.com"], "the relay still keeps the replaced address: \(addresses)")
+            let lines = ((try? String(contentsOfFile: requests, encoding: .utf8)) ?? "").split(separator: "\n")
+                .filter { $0.hasPrefix("request ") }
+            #expect(lines.contains { $0.hasPrefix("request POST /v1/destinations/forget ") }, "\(lines)")
+            #expect(!lines.contains { $0.contains("example.com") || $0.contains("%40") || $0.contains("@") }, "\(lines)")
         }
-        for address in ["ana@example.com", "bo@example.com"] {
-            try Self.verify(address, account: account, at: relay)
-        }
-        let listed = try account.call("/v1/destinations")
-        guard case .array(let entries)? = listed.json?["destinations"] else {
-            Issue.record("no list: \(listed.status)")
-            return
-        }
-        let addresses = entries.compactMap { $0["address"]?.string }
-        #expect(addresses == ["bo@example.com"], "the relay still keeps the replaced address: \(addresses)")
-        let lines = ((try? String(contentsOfFile: requests, encoding: .utf8)) ?? "").split(separator: "\n")
-            .filter { $0.hasPrefix("request ") }
-        #expect(lines.contains { $0.hasPrefix("request POST /v1/destinations/forget ") }, "\(lines)")
-        #expect(!lines.contains { $0.contains("example.com") || $0.contains("%40") || $0.contains("@") }, "\(lines)")
     }
 
     /// A relay from before `written_at` and client-proposed secrets (it refuses both as unknown members):
     /// the composer registers and sends all the same, without them, and the memo arrives once.
     @Test func aRelayFromBeforeTheNewerMembersStillTakesTheMemo() throws {
-        let fixture = try AccountFixture()
-        defer { fixture.stop() }
-        let relay = fixture.relay
-        let errors = fixture.relayDirectory.file("older.stderr")
-        let (older, outbox, account) = try Self.accountBehindOlderRelay(fixture, refusing: "written_at,secret", log: errors)
-        defer {
-            outbox.close()
-            older.stop()
+        try Self.withAccountBehindOlderRelay(refusing: "written_at,secret") { fixture, account, errors in
+            let relay = fixture.relay
+            try Self.verify("ana@example.com", account: account, at: relay)
+            let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e2", date: 1_764_581_405_000,
+                                   from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
+                                   subject: "to an older relay", body: "to an older relay")
+            _ = try JotterRelayTransport(account: account).send(memo)
+            #expect(try relay.finishDeliveries(timeout: 60))
+            #expect(try relay.mails(to: "ana@example.com")
+                .filter { ($0.message["body"] as? String ?? "").contains("to an older relay") }.count == 1)
+            let refused = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            #expect(refused.contains("refused secret") && refused.contains("refused written_at"), "\(refused)")
+            #expect(try fixture.store.deviceCount(on: relay) == 1)
         }
-        try Self.verify("ana@example.com", account: account, at: relay)
-        let memo = MailMessage(id: "018bcfe5-6800-7000-8000-00000000d4e2", date: 1_764_581_405_000,
-                               from: MailAddress(address: "jotter@localhost"), to: MailAddress(address: "me@localhost"),
-                               subject: "to an older relay", body: "to an older relay")
-        _ = try JotterRelayTransport(account: account).send(memo)
-        #expect(try relay.finishDeliveries(timeout: 60))
-        #expect(try relay.mails(to: "ana@example.com")
-            .filter { ($0.message["body"] as? String ?? "").contains("to an older relay") }.count == 1)
-        let refused = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
-        #expect(refused.contains("refused secret") && refused.contains("refused written_at"), "\(refused)")
-        #expect(try fixture.store.deviceCount(on: relay) == 1)
     }
 
     /// A relay whose registration limit refuses this network (a household behind one address, past
