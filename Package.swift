@@ -23,21 +23,15 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        .systemLibrary(
-            name: "CCurl",
-            pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev"])]
-        ),
+        // libcurl and libpq are opened at their first use, not linked (SharedLibrary.swift): only their
+        // headers are needed to build (Debian's libcurl4-openssl-dev and libpq-dev, which `make` installs).
+        .systemLibrary(name: "CCurl"),
         .systemLibrary(
             name: "CQRencode",
             pkgConfig: "libqrencode",
             providers: [.apt(["libqrencode-dev"])]
         ),
-        .systemLibrary(
-            name: "CLibPQ",
-            pkgConfig: "libpq",
-            providers: [.apt(["libpq-dev"])]
-        ),
+        .systemLibrary(name: "CLibPQ"),
         .systemLibrary(
             name: "CZlib",
             pkgConfig: "zlib",

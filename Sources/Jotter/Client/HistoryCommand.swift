@@ -6,6 +6,7 @@ public enum HistoryCommand {
     public static func run(url: String, token: String?, limit: Int, caFile: String? = nil) -> SendCommand.Result {
         if let refusal = SendCommand.unreadableCA(caFile, command: "jotter history") { return refusal }
         if let refusal = SendCommand.unusableURL(url, command: "jotter history") { return refusal }
+        if let refusal = SendCommand.missingCurl(command: "jotter history") { return refusal }
         let client = ServerClient(baseURL: SendCommand.trimmed(url), token: token, timeoutSeconds: 10, caFile: caFile)
         let response: ServerClient.Response
         do {

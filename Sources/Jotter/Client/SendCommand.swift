@@ -40,6 +40,8 @@ public enum SendCommand {
         case temporary = 75
         /// Not allowed: a token is missing, wrong or revoked, or another site's rules.
         case notAllowed = 77
+        /// A system library the command needs (libcurl) is not installed (`EX_OSFILE`).
+        case missingLibrary = 72
     }
 
     /// What the command did: the exit status and the text for stdout and stderr.
@@ -96,6 +98,7 @@ public enum SendCommand {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
         if let refusal = Self.unreadableCA(options.caFile, command: "jotter send") { return refusal }
+        if let refusal = Self.missingCurl(command: "jotter send") { return refusal }
         if let refusal = Self.unusableURL(options.url, command: "jotter send") { return refusal }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
         let deadline = now() + Double(options.retryFor)
@@ -201,6 +204,12 @@ public enum SendCommand {
 
     /// A usage error when `--ca` names a file that cannot be read (else libcurl's "not trusted" would send
     /// the user after the wrong problem).
+    /// The refusal to run when libcurl cannot be opened: nothing could be sent without it.
+    static func missingCurl(command: String) -> Result? {
+        guard case .failure(let missing) = CurlLibrary.shared else { return nil }
+        return Result(status: .missingLibrary, output: "", error: "\(command): \(missing)\n")
+    }
+
     static func unreadableCA(_ caFile: String?, command: String) -> Result? {
         guard let caFile, access(caFile, R_OK) != 0 else { return nil }
         return Result(status: .usage, output: "", error: "\(command): cannot read the CA file \(caFile) (--ca or JOTTER_CA)\n")

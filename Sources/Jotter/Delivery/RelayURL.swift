@@ -15,9 +15,13 @@ public struct RelayURL: Sendable {
         case missingHost
         case missingCredential
         case invalid(String)
+        /// The relay goes through libcurl, which cannot be opened (why, and the package to install).
+        case missingLibrary(String)
 
         public var description: String {
             switch self {
+            case .missingLibrary(let missing):
+                return "this relay needs libcurl: \(missing)"
             case .unsupportedScheme(let scheme):
                 return "relay scheme '\(scheme)' is not supported (use maildir:, smtp://, smtps://, resend://, "
                     + "sendmail:, markdown: or jotter+https://)"
@@ -110,6 +114,7 @@ public struct RelayURL: Sendable {
             self.to = to
             destination = "sendmail:\(path) → \(to.address)"
         case "smtp", "smtps":
+            try Self.requireCurl()
             let url = try Self.parts(relay)
             guard !url.host.isEmpty else { throw Failure.missingHost }
             try Self.expectOptions(url, known: ["to", "from", "tls", "ca", "timeout"], scheme: scheme)
@@ -138,6 +143,7 @@ public struct RelayURL: Sendable {
                 requireTLS: !tlsNone, username: url.user, password: url.password, caFile: try Self.caFile(url),
                 timeoutSeconds: try Self.timeout(url, default: 60)))
         case "resend":
+            try Self.requireCurl()
             let url = try Self.parts(relay)
             let key = url.host
             guard !key.isEmpty else { throw Failure.missingCredential }
@@ -161,6 +167,7 @@ public struct RelayURL: Sendable {
                 apiKey: key, baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base,
                 caFile: try Self.caFile(url), timeoutSeconds: try Self.timeout(url, default: 30)))
         case "jotter+https", "jotter+http":
+            try Self.requireCurl()
             // jotter+https://HOST[:PORT][?invite=CODE&ca=PATH&timeout=SECONDS]
             let url = try Self.parts(relay)
             guard !url.host.isEmpty else { throw Failure.missingHost }
@@ -186,6 +193,12 @@ public struct RelayURL: Sendable {
             let safe = scheme.allSatisfy { $0.isLetter || $0.isNumber || "+-.".contains($0) } ? scheme : "?"
             throw Failure.unsupportedScheme(String(safe.prefix(20)))
         }
+    }
+
+    /// Refuses a relay that goes through libcurl when libcurl cannot be opened: found now, not at the first
+    /// delivery, which would otherwise fail and be retried for ever.
+    static func requireCurl(_ library: Result<CurlLibrary, SharedLibrary.Missing> = CurlLibrary.shared) throws(Failure) {
+        if case .failure(let missing) = library { throw Failure.missingLibrary(missing.description) }
     }
 
     /// The CA bundle to verify the relay with: `?ca=PATH`, else `SSL_CERT_FILE` or `CURL_CA_BUNDLE`

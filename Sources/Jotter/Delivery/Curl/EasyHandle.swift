@@ -1,17 +1,15 @@
 import CCurl
 import Glibc
 
-/// libcurl's one-time global initialisation, done before the first handle.
-private let curlGlobalInit: Void = {
-    curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-}()
-
 /// One libcurl easy handle, reused across transfers so its connection is reused.
 ///
 /// Owns the handle and the `curl_slist`s set on it (they must outlive every transfer that uses them).
 /// Not thread-safe: a handle is used by one delivery slot at a time (see `EasyHandlePool`).
 public final class EasyHandle {
+    private let library: CurlLibrary
     private let handle: UnsafeMutableRawPointer
+    /// libcurl's functions.
+    private var curl: jotter_curl { library.functions }
     private var lists: [UnsafeMutablePointer<curl_slist>] = []
     private var upload: [UInt8] = []
     private var uploadOffset = 0
@@ -43,27 +41,34 @@ public final class EasyHandle {
     /// `advertisedMessageSizeLimit`: nothing of it was sent.
     public private(set) var exceededAdvertisedSize = false
 
-    /// A new handle; throws if libcurl cannot allocate one.
+    /// A new handle; throws `SharedLibrary.Missing` without libcurl, `CurlError` if it cannot allocate one.
     public init() throws {
-        _ = curlGlobalInit
-        guard let handle = curl_easy_init() else {
+        let library: CurlLibrary
+        do {
+            library = try CurlLibrary.shared.get()
+        } catch {
+            errorBuffer.deallocate()
+            throw error
+        }
+        guard let handle = jotter_curl_easy_init(library.functions) else {
             errorBuffer.deallocate()
             throw CurlError(code: Int32(CURLE_FAILED_INIT.rawValue))
         }
+        self.library = library
         self.handle = handle
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
     }
 
     deinit {
-        curl_easy_cleanup(handle)
-        for list in lists { curl_slist_free_all(list) }
+        jotter_curl_easy_cleanup(curl, handle)
+        for list in lists { jotter_curl_slist_free_all(curl, list) }
         errorBuffer.deallocate()
     }
 
     /// Clears options and lists set for the previous transfer, keeping the connection cache.
     public func reset() {
-        curl_easy_reset(handle)
-        for list in lists { curl_slist_free_all(list) }
+        jotter_curl_easy_reset(curl, handle)
+        for list in lists { jotter_curl_slist_free_all(curl, list) }
         lists.removeAll()
         upload = []
         uploadOffset = 0
@@ -75,27 +80,27 @@ public final class EasyHandle {
 
     /// Sets an integer option.
     public func set(_ option: CURLoption, _ value: Int) throws {
-        try check(jotter_curl_setopt_long(handle, option, value))
+        try check(jotter_curl_setopt_long(curl, handle, option, value))
     }
 
     /// Sets a string option (libcurl copies it).
     public func set(_ option: CURLoption, _ value: String) throws {
-        try check(jotter_curl_setopt_string(handle, option, value))
+        try check(jotter_curl_setopt_string(curl, handle, option, value))
     }
 
     /// Sets a list option; the list lives until the next `reset`.
     public func set(_ option: CURLoption, list values: [String]) throws {
         var list: UnsafeMutablePointer<curl_slist>?
         for value in values {
-            guard let appended = curl_slist_append(list, value) else {
-                if let list { curl_slist_free_all(list) }
+            guard let appended = jotter_curl_slist_append(curl, list, value) else {
+                if let list { jotter_curl_slist_free_all(curl, list) }
                 throw CurlError(code: Int32(CURLE_OUT_OF_MEMORY.rawValue))
             }
             list = appended
         }
         guard let list else { return }
         lists.append(list)
-        try check(jotter_curl_setopt_slist(handle, option, list))
+        try check(jotter_curl_setopt_slist(curl, handle, option, list))
     }
 
     /// Bytes sent as the request body (HTTP POST via READFUNCTION, or SMTP's DATA), rewindable: libcurl sends
@@ -106,10 +111,10 @@ public final class EasyHandle {
         upload = bytes
         uploadOffset = 0
         let me = Unmanaged.passUnretained(self).toOpaque()
-        try check(jotter_curl_setopt_read_function(handle, jotterCurlRead))
-        try check(jotter_curl_setopt_pointer(handle, CURLOPT_READDATA, me))
-        try check(jotter_curl_setopt_seek_function(handle, jotterCurlSeek))
-        try check(jotter_curl_setopt_pointer(handle, CURLOPT_SEEKDATA, me))
+        try check(jotter_curl_setopt_read_function(curl, handle, jotterCurlRead))
+        try check(jotter_curl_setopt_pointer(curl, handle, CURLOPT_READDATA, me))
+        try check(jotter_curl_setopt_seek_function(curl, handle, jotterCurlSeek))
+        try check(jotter_curl_setopt_pointer(curl, handle, CURLOPT_SEEKDATA, me))
     }
 
     /// Runs the transfer, collecting the response body and headers.
@@ -118,23 +123,23 @@ public final class EasyHandle {
         responseHeaders = []
         uploadOffset = 0
         let me = Unmanaged.passUnretained(self).toOpaque()
-        _ = jotter_curl_setopt_write_function(handle, jotterCurlWrite)
-        _ = jotter_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, me)
-        _ = jotter_curl_setopt_header_function(handle, jotterCurlHeader)
-        _ = jotter_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, me)
+        _ = jotter_curl_setopt_write_function(curl, handle, jotterCurlWrite)
+        _ = jotter_curl_setopt_pointer(curl, handle, CURLOPT_WRITEDATA, me)
+        _ = jotter_curl_setopt_header_function(curl, handle, jotterCurlHeader)
+        _ = jotter_curl_setopt_pointer(curl, handle, CURLOPT_HEADERDATA, me)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
-        _ = jotter_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
+        _ = jotter_curl_setopt_pointer(curl, handle, CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
         if phaseLimits != nil || progress != nil {
-            _ = jotter_curl_setopt_xferinfo_function(handle, jotterCurlProgress)
-            _ = jotter_curl_setopt_pointer(handle, CURLOPT_XFERINFODATA, me)
-            _ = jotter_curl_setopt_long(handle, CURLOPT_NOPROGRESS, 0)
+            _ = jotter_curl_setopt_xferinfo_function(curl, handle, jotterCurlProgress)
+            _ = jotter_curl_setopt_pointer(curl, handle, CURLOPT_XFERINFODATA, me)
+            _ = jotter_curl_setopt_long(curl, handle, CURLOPT_NOPROGRESS, 0)
         }
         startedAt = monotonicNanoseconds()
         uploadedAt = nil
         enhancedStatus = nil
         exceededPhaseLimit = false
         exceededAdvertisedSize = false
-        var code = curl_easy_perform(handle)
+        var code = jotter_curl_easy_perform(curl, handle)
         if code != CURLE_OK && isStaleConnectionFailure(code) {
             // The server closed an idle pooled connection (common with TLS servers whose idle timeout
             // is shorter than libcurl's reuse limit). Nothing reached it: try once on a fresh connection.
@@ -158,20 +163,20 @@ public final class EasyHandle {
     private func isStaleConnectionFailure(_ code: CURLcode) -> Bool {
         guard [CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING].contains(code), !uploaded else { return false }
         var connects = 0
-        _ = jotter_curl_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects)
+        _ = jotter_curl_getinfo_long(curl, handle, CURLINFO_NUM_CONNECTS, &connects)
         return connects == 0 && (responseCode == 0 || responseCode == 421)
     }
 
     /// The transfer again from the start, on a new connection (nothing of the last one was sent).
     private func performOnAFreshConnection() -> CURLcode {
-        _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1)
-        defer { _ = jotter_curl_setopt_long(handle, CURLOPT_FRESH_CONNECT, 0) }
+        _ = jotter_curl_setopt_long(curl, handle, CURLOPT_FRESH_CONNECT, 1)
+        defer { _ = jotter_curl_setopt_long(curl, handle, CURLOPT_FRESH_CONNECT, 0) }
         responseBody = []
         responseHeaders = []
         uploadOffset = 0
         uploadedAt = nil
         enhancedStatus = nil
-        return curl_easy_perform(handle)
+        return jotter_curl_easy_perform(curl, handle)
     }
 
     /// The SMTP command the server refused in the last transfer (`MAIL`, `RCPT`, `DATA`), from libcurl's
@@ -186,14 +191,14 @@ public final class EasyHandle {
     /// nothing of it left this machine.
     public var sentRequest: Bool {
         var microseconds: curl_off_t = 0
-        _ = jotter_curl_getinfo_off_t(handle, CURLINFO_PRETRANSFER_TIME_T, &microseconds)
+        _ = jotter_curl_getinfo_off_t(curl, handle, CURLINFO_PRETRANSFER_TIME_T, &microseconds)
         return microseconds > 0
     }
 
     /// The last response's status (HTTP) or reply code (SMTP); 0 if none was received.
     public var responseCode: Int {
         var code = 0
-        _ = jotter_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        _ = jotter_curl_getinfo_long(curl, handle, CURLINFO_RESPONSE_CODE, &code)
         return code
     }
 
@@ -201,7 +206,7 @@ public final class EasyHandle {
     /// certificate, leaf first, its `Name:value` entries (`Subject`, `X509v3 Subject Alternative Name`, …).
     public var certificateInfo: [[String]] {
         var info: UnsafeMutablePointer<curl_certinfo>?
-        guard jotter_curl_getinfo_certinfo(handle, &info) == CURLE_OK, let info, let chain = info.pointee.certinfo
+        guard jotter_curl_getinfo_certinfo(curl, handle, &info) == CURLE_OK, let info, let chain = info.pointee.certinfo
         else { return [] }
         return (0..<Int(max(0, info.pointee.num_of_certs))).map { index in
             var entries: [String] = []

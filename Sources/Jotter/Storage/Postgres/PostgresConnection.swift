@@ -80,27 +80,37 @@ final class PostgresConnection {
         }
     }
 
+    private let library: PostgresLibrary
     private let connection: OpaquePointer
+    /// libpq's functions.
+    private var pq: jotter_pq { library.functions }
 
     /// Connects to `url` (`postgres://user:password@host:port/database?…`, as libpq reads it).
     init(url: String) throws(Failure) {
-        guard let connection = PQconnectdb(url) else { throw Failure(sqlState: nil, kind: "connect") }
-        guard PQstatus(connection) == CONNECTION_OK else {
+        let library: PostgresLibrary
+        switch PostgresLibrary.shared {
+        case .success(let opened): library = opened
+        case .failure(let missing): throw Failure(sqlState: nil, kind: "connect", reason: missing.description)
+        }
+        let pq = library.functions
+        guard let connection = jotter_PQconnectdb(pq, url) else { throw Failure(sqlState: nil, kind: "connect") }
+        guard jotter_PQstatus(pq, connection) == CONNECTION_OK else {
             var failure = Failure(sqlState: nil, kind: "connect")
-            failure.reason = Self.reason(PQerrorMessage(connection), connecting: url)
-            PQfinish(connection)
+            failure.reason = Self.reason(jotter_PQerrorMessage(pq, connection), connecting: url)
+            jotter_PQfinish(pq, connection)
             throw failure
         }
+        self.library = library
         self.connection = connection
         // libpq prints the server's notices and warnings (`FATAL: terminating connection due to
         // administrator command`) on standard error itself, bare, around the log's own lines; their text
         // may quote a row. The failures that matter reach the caller as `Failure`, by SQLSTATE.
-        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        jotter_PQsetNoticeProcessor(pq, connection, { _, _ in }, nil)
         _ = try execute("SET client_min_messages = warning")
     }
 
     deinit {
-        PQfinish(connection)
+        jotter_PQfinish(pq, connection)
     }
 
     /// libpq's message on one line: its lines joined, `FATAL:` and the like kept, at most 300 characters.
@@ -155,14 +165,14 @@ final class PostgresConnection {
     }
 
     /// False once the server has gone (a pool then drops the connection).
-    var isUsable: Bool { PQstatus(connection) == CONNECTION_OK }
+    var isUsable: Bool { jotter_PQstatus(pq, connection) == CONNECTION_OK }
 
     /// Whether an idle connection is still open: the server sends nothing to a connection at rest, so
     /// anything waiting to be read (a server that restarted or ended the session said goodbye, then closed
     /// the socket) means it is not. Looked at without waiting.
     var isStillOpen: Bool {
-        var waiting = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
-        return poll(&waiting, 1, 0) == 0 && PQstatus(connection) == CONNECTION_OK
+        var waiting = pollfd(fd: jotter_PQsocket(pq, connection), events: Int16(POLLIN), revents: 0)
+        return poll(&waiting, 1, 0) == 0 && jotter_PQstatus(pq, connection) == CONNECTION_OK
     }
 
     /// Runs one statement with `parameters` ($1, $2, …).
@@ -192,29 +202,29 @@ final class PostgresConnection {
             }
         }
         let result = withPointers(texts) { pointers in
-            PQexecParams(connection, sql, Int32(parameters.count), nil, pointers, lengths, formats, 0)
+            jotter_PQexecParams(pq, connection, sql, Int32(parameters.count), nil, pointers, lengths, formats, 0)
         }
         guard let result else { throw Failure(sqlState: nil, kind: "connection_lost") }
-        defer { PQclear(result) }
-        switch PQresultStatus(result) {
+        defer { jotter_PQclear(pq, result) }
+        switch jotter_PQresultStatus(pq, result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK:
             break
         default:
-            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let state = jotter_PQresultErrorField(pq, result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             throw Failure(sqlState: state, kind: isUsable ? "statement" : "connection_lost")
         }
-        let rowCount = PQntuples(result), columnCount = PQnfields(result)
+        let rowCount = jotter_PQntuples(pq, result), columnCount = jotter_PQnfields(pq, result)
         var rows = Rows(values: [])
         rows.values.reserveCapacity(Int(rowCount))
         for row in 0..<rowCount {
             var fields: [String?] = []
             fields.reserveCapacity(Int(columnCount))
             for column in 0..<columnCount {
-                if PQgetisnull(result, row, column) == 1 {
+                if jotter_PQgetisnull(pq, result, row, column) == 1 {
                     fields.append(nil)
                 } else {
-                    let length = Int(PQgetlength(result, row, column))
-                    let value = PQgetvalue(result, row, column)
+                    let length = Int(jotter_PQgetlength(pq, result, row, column))
+                    let value = jotter_PQgetvalue(pq, result, row, column)
                     fields.append(value.map { pointer in
                         pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
                             String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
@@ -228,15 +238,15 @@ final class PostgresConnection {
     }
 
     /// The connection's socket, to wait on for notifications (`LISTEN`).
-    var socket: Int32 { PQsocket(connection) }
+    var socket: Int32 { jotter_PQsocket(pq, connection) }
 
     /// Reads what the server sent and returns how many notifications (`NOTIFY`) arrived, dropping
     /// their payloads (Jotter's carry none).
     func takeNotifications() throws(Failure) -> Int {
-        guard PQconsumeInput(connection) == 1 else { throw Failure(sqlState: nil, kind: "connection_lost") }
+        guard jotter_PQconsumeInput(pq, connection) == 1 else { throw Failure(sqlState: nil, kind: "connection_lost") }
         var count = 0
-        while let notification = PQnotifies(connection) {
-            PQfreemem(notification)
+        while let notification = jotter_PQnotifies(pq, connection) {
+            jotter_PQfreemem(pq, notification)
             count += 1
         }
         return count

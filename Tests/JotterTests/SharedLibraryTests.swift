@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+@testable import Jotter
+
+/// libcurl and libpq are opened when a relay or a store needs them, not linked: a server that delivers to
+/// its Maildir maps neither (nor the twenty-odd libraries they pull in), and one that cannot open them says
+/// which package is missing instead of failing every delivery.
+@Suite struct SharedLibraryTests {
+    /// The shared objects process `pid` has mapped (`/proc/PID/maps`), by file name.
+    private static func mappedLibraries(_ pid: Int32) throws -> Set<String> {
+        // Read to the end (a /proc file has no size to read up to).
+        let fd = open("/proc/\(pid)/maps", O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let maps = String(decoding: try FileIO.readAll(fd, limit: 16 << 20), as: UTF8.self)
+        return Set(maps.split(separator: "\n").compactMap { line in
+            line.split(separator: " ", omittingEmptySubsequences: true).last.flatMap { path in
+                path.hasPrefix("/") ? String(path.split(separator: "/").last ?? "") : nil
+            }
+        })
+    }
+
+    private static func mapsLibrary(_ libraries: Set<String>, _ prefix: String) -> Bool {
+        libraries.contains { $0.hasPrefix(prefix + ".so") || $0.hasPrefix(prefix + "-") }
+    }
+
+    /// POSTs `body` to the binary's `/send`; the memo's id.
+    private static func send(_ server: ServeProcess, _ body: String) throws -> String {
+        let sent = try RawHTTP.request(port: server.port, method: "POST", path: "/send",
+                                       headers: [("Content-Type", "text/plain")], body: Array(body.utf8))
+        #expect(sent.status == 204)
+        return try #require(sent.header("X-Message-Id"))
+    }
+
+    @Test func aServerThatDeliversToItsMaildirMapsNeitherLibcurlNorLibpq() throws {
+        let directory = TemporaryDirectory()
+        let server = try ServeProcess(directory: directory)
+        defer { server.stop() }
+        let id = try Self.send(server, "buy milk")
+        #expect(TestServer.waitUntil {
+            ((try? FileManager.default.contentsOfDirectory(atPath: server.data + "/Maildir/new")) ?? []).contains { $0.contains(id) }
+        }, "delivered to the Maildir")
+        let libraries = try Self.mappedLibraries(server.process.processIdentifier)
+        #expect(Self.mapsLibrary(libraries, "libsqlite3"), "read its own maps: \(libraries.sorted())")
+        for absent in ["libcurl", "libpq", "libssl", "libkrb5", "libldap-2.5", "libssh2", "libnghttp2"] {
+            #expect(!Self.mapsLibrary(libraries, absent), "\(absent) mapped: \(libraries.sorted())")
+        }
+    }
+
+    @Test func aServerThatDeliversOverSMTPOpensLibcurlAndNotLibpq() throws {
+        let directory = TemporaryDirectory()
+        let smtp = try SMTPServer(mode: .plain, directory: directory.file("smtp"))
+        defer { smtp.stop() }
+        let server = try ServeProcess(directory: directory, arguments: [
+            "--relay", "smtp://127.0.0.1:\(smtp.port)?tls=none&from=jotter@example.com&to=me@example.com",
+        ])
+        defer { server.stop() }
+        _ = try Self.send(server, "over SMTP")
+        #expect(TestServer.waitUntil(timeout: 30) { smtp.received.count == 1 }, "delivered through libcurl")
+        let libraries = try Self.mappedLibraries(server.process.processIdentifier)
+        #expect(Self.mapsLibrary(libraries, "libcurl"), "\(libraries.sorted())")
+        #expect(!Self.mapsLibrary(libraries, "libpq"), "\(libraries.sorted())")
+    }
+
+    @Test func aLibraryThatCannotBeOpenedIsNamedWithItsPackage() {
+        #expect {
+            try CurlLibrary(soname: "libjotter-absent.so.9", package: "jotter-absent")
+        } throws: { error in
+            guard let missing = error as? SharedLibrary.Missing else { return false }
+            return missing.soname == "libjotter-absent.so.9" && missing.reason.contains("libjotter-absent.so.9")
+                && "\(missing)".contains("the jotter-absent package")
+        }
+    }
+
+    /// A library of that name that is not the one expected (no such function) is refused too, not called.
+    @Test func aLibraryWithoutTheFunctionsIsRefused() {
+        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libcurl4", reason: "no curl_global_init")) {
+            try CurlLibrary(soname: "libz.so.1", package: "libcurl4")
+        }
+        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libpq5", reason: "no PQconnectdb")) {
+            try PostgresLibrary(soname: "libz.so.1", package: "libpq5")
+        }
+    }
+
+    /// Without libcurl, an SMTP, API or Jotter relay is refused when the server starts (its delivery could
+    /// only fail and be retried for ever); the message names the package.
+    @Test func aRelayThatNeedsLibcurlIsRefusedAtStartWithoutIt() {
+        let missing = SharedLibrary.Missing(soname: "libcurl.so.4", package: "libcurl4", reason: "not found")
+        #expect {
+            try RelayURL.requireCurl(.failure(missing))
+        } throws: { error in
+            "\(error)".contains("needs libcurl") && "\(error)".contains("libcurl4 package")
+        }
+        #expect(throws: Never.self) { try RelayURL.requireCurl() }
+        #expect(throws: Never.self) { try RelayURL("smtp://127.0.0.1:25?tls=none&from=a@example.com&to=b@example.com") }
+    }
+}
