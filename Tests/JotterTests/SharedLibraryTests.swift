@@ -74,11 +74,23 @@ import Testing
 
     /// A library of that name that is not the one expected (no such function) is refused too, not called.
     @Test func aLibraryWithoutTheFunctionsIsRefused() {
-        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libcurl4", reason: "no curl_global_init")) {
+        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libcurl4", reason: "it lacks curl_global_init")) {
             try CurlLibrary(soname: "libz.so.1", package: "libcurl4")
         }
-        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libpq5", reason: "no PQconnectdb")) {
+        #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libpq5", reason: "it lacks PQconnectdb")) {
             try PostgresLibrary(soname: "libz.so.1", package: "libpq5")
+        }
+    }
+
+    /// Without libpq, a PostgreSQL store fails to connect with the reason and the package, as the relay prints it.
+    @Test func aPostgreSQLStoreWithoutLibpqSaysWhichPackageIsMissing() {
+        let missing = SharedLibrary.Missing(soname: "libpq.so.5", package: "libpq5",
+                                            reason: "libpq.so.5: cannot open shared object file: No such file or directory")
+        #expect {
+            try PostgresConnection.opened(.failure(missing))
+        } throws: { error in
+            "\(error)" == "PostgreSQL connect: libpq.so.5 cannot be used (libpq.so.5: cannot open shared object file: "
+                + "No such file or directory); on Debian it comes with the libpq5 package"
         }
     }
 

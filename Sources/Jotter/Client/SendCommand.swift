@@ -98,8 +98,8 @@ public enum SendCommand {
             return Result(status: .temporary, output: "", error: "jotter send: no randomness for a key\n")
         }
         if let refusal = Self.unreadableCA(options.caFile, command: "jotter send") { return refusal }
-        if let refusal = Self.missingCurl(command: "jotter send") { return refusal }
         if let refusal = Self.unusableURL(options.url, command: "jotter send") { return refusal }
+        if let refusal = Self.missingCurl(command: "jotter send") { return refusal }
         let client = ServerClient(baseURL: trimmed(options.url), token: options.token, caFile: options.caFile)
         let deadline = now() + Double(options.retryFor)
         var wait = 0.5
@@ -202,14 +202,14 @@ public enum SendCommand {
         return ("multipart/form-data; boundary=\(boundary)", Array(text.utf8))
     }
 
-    /// A usage error when `--ca` names a file that cannot be read (else libcurl's "not trusted" would send
-    /// the user after the wrong problem).
     /// The refusal to run when libcurl cannot be opened: nothing could be sent without it.
     static func missingCurl(command: String) -> Result? {
         guard case .failure(let missing) = CurlLibrary.shared else { return nil }
         return Result(status: .missingLibrary, output: "", error: "\(command): \(missing)\n")
     }
 
+    /// A usage error when `--ca` names a file that cannot be read (else libcurl's "not trusted" would send
+    /// the user after the wrong problem).
     static func unreadableCA(_ caFile: String?, command: String) -> Result? {
         guard let caFile, access(caFile, R_OK) != 0 else { return nil }
         return Result(status: .usage, output: "", error: "\(command): cannot read the CA file \(caFile) (--ca or JOTTER_CA)\n")

@@ -12,11 +12,12 @@ enum SharedLibrary {
         var soname: String
         /// The Debian package that installs it (`libcurl4`).
         var package: String
-        /// The loader's reason (it names the file, never anything of a memo), or the missing function.
+        /// The loader's reason (it names the file, never anything of a memo), the function it lacks, or
+        /// its initialisation's failure.
         var reason: String
 
         var description: String {
-            "\(soname) cannot be opened (\(reason)); on Debian it comes with the \(package) package"
+            "\(soname) cannot be used (\(reason)); on Debian it comes with the \(package) package"
         }
     }
 

@@ -1,4 +1,5 @@
 import CCurl
+import Glibc
 
 /// libcurl, opened at the first transfer (see `SharedLibrary`) and initialised once
 /// (`curl_global_init`, before any handle). Every libcurl call goes through `functions`.
@@ -20,10 +21,19 @@ final class CurlLibrary: @unchecked Sendable {
         let table = UnsafeMutablePointer<jotter_curl_functions>.allocate(capacity: 1)
         if let missing = jotter_curl_resolve(library, table) {
             table.deallocate()
-            throw SharedLibrary.Missing(soname: soname, package: package, reason: "no \(String(cString: missing))")
+            dlclose(library)
+            throw SharedLibrary.Missing(soname: soname, package: package, reason: "it lacks \(String(cString: missing))")
+        }
+        // Without it (out of memory, OpenSSL failing to start) no handle could be made: every delivery would
+        // fail and be retried for ever. Refused here, it is reported at start like a missing library.
+        let code = jotter_curl_global_init(table, Int(CURL_GLOBAL_DEFAULT))
+        guard code == CURLE_OK else {
+            table.deallocate()
+            dlclose(library)
+            throw SharedLibrary.Missing(soname: soname, package: package,
+                                        reason: "curl_global_init failed with code \(code.rawValue)")
         }
         functions = UnsafePointer(table)
-        _ = jotter_curl_global_init(functions, Int(CURL_GLOBAL_DEFAULT))
     }
 
     deinit {

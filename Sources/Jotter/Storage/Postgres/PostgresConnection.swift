@@ -87,11 +87,7 @@ final class PostgresConnection {
 
     /// Connects to `url` (`postgres://user:password@host:port/database?…`, as libpq reads it).
     init(url: String) throws(Failure) {
-        let library: PostgresLibrary
-        switch PostgresLibrary.shared {
-        case .success(let opened): library = opened
-        case .failure(let missing): throw Failure(sqlState: nil, kind: "connect", reason: missing.description)
-        }
+        let library = try Self.opened(PostgresLibrary.shared)
         let pq = library.functions
         guard let connection = jotter_PQconnectdb(pq, url) else { throw Failure(sqlState: nil, kind: "connect") }
         guard jotter_PQstatus(pq, connection) == CONNECTION_OK else {
@@ -111,6 +107,14 @@ final class PostgresConnection {
 
     deinit {
         jotter_PQfinish(pq, connection)
+    }
+
+    /// libpq, or a failure to connect that says why there is none (and which package to install).
+    static func opened(_ library: Result<PostgresLibrary, SharedLibrary.Missing>) throws(Failure) -> PostgresLibrary {
+        switch library {
+        case .success(let opened): return opened
+        case .failure(let missing): throw Failure(sqlState: nil, kind: "connect", reason: missing.description)
+        }
     }
 
     /// libpq's message on one line: its lines joined, `FATAL:` and the like kept, at most 300 characters.

@@ -1,4 +1,5 @@
 import CLibPQ
+import Glibc
 
 /// libpq, opened at the first connection (see `SharedLibrary`). Every libpq call goes through `functions`.
 ///
@@ -19,7 +20,8 @@ final class PostgresLibrary: @unchecked Sendable {
         let table = UnsafeMutablePointer<jotter_pq_functions>.allocate(capacity: 1)
         if let missing = jotter_pq_resolve(library, table) {
             table.deallocate()
-            throw SharedLibrary.Missing(soname: soname, package: package, reason: "no \(String(cString: missing))")
+            dlclose(library)
+            throw SharedLibrary.Missing(soname: soname, package: package, reason: "it lacks \(String(cString: missing))")
         }
         functions = UnsafePointer(table)
     }
