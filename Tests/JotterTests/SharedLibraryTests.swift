@@ -64,7 +64,7 @@ import Testing
 
     @Test func aLibraryThatCannotBeOpenedIsNamedWithItsPackage() {
         #expect {
-            try CurlLibrary(soname: "libjotter-absent.so.9", package: "jotter-absent")
+            try CurlLibrary.load(soname: "libjotter-absent.so.9", package: "jotter-absent")
         } throws: { error in
             guard let missing = error as? SharedLibrary.Missing else { return false }
             return missing.soname == "libjotter-absent.so.9" && missing.reason.contains("libjotter-absent.so.9")
@@ -75,10 +75,10 @@ import Testing
     /// A library of that name that is not the one expected (no such function) is refused too, not called.
     @Test func aLibraryWithoutTheFunctionsIsRefused() {
         #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libcurl4", reason: "it lacks curl_global_init")) {
-            try CurlLibrary(soname: "libz.so.1", package: "libcurl4")
+            try CurlLibrary.load(soname: "libz.so.1", package: "libcurl4")
         }
         #expect(throws: SharedLibrary.Missing(soname: "libz.so.1", package: "libpq5", reason: "it lacks PQconnectdb")) {
-            try PostgresLibrary(soname: "libz.so.1", package: "libpq5")
+            try PostgresLibrary.load(soname: "libz.so.1", package: "libpq5")
         }
     }
 

@@ -197,7 +197,7 @@ public struct RelayURL: Sendable {
 
     /// Refuses a relay that goes through libcurl when libcurl cannot be opened: found now, not at the first
     /// delivery, which would otherwise fail and be retried for ever.
-    static func requireCurl(_ library: Result<CurlLibrary, SharedLibrary.Missing> = CurlLibrary.shared) throws(Failure) {
+    static func requireCurl(_ library: Result<CurlLibrary.Loaded, SharedLibrary.Missing> = CurlLibrary.shared) throws(Failure) {
         if case .failure(let missing) = library { throw Failure.missingLibrary(missing.description) }
     }
 

@@ -6,7 +6,7 @@ import Glibc
 /// Owns the handle and the `curl_slist`s set on it (they must outlive every transfer that uses them).
 /// Not thread-safe: a handle is used by one delivery slot at a time (see `EasyHandlePool`).
 public final class EasyHandle {
-    private let library: CurlLibrary
+    private let library: CurlLibrary.Loaded
     private let handle: UnsafeMutableRawPointer
     /// libcurl's functions.
     private var curl: jotter_curl { library.functions }
@@ -43,7 +43,7 @@ public final class EasyHandle {
 
     /// A new handle; throws `SharedLibrary.Missing` without libcurl, `CurlError` if it cannot allocate one.
     public init() throws {
-        let library: CurlLibrary
+        let library: CurlLibrary.Loaded
         do {
             library = try CurlLibrary.shared.get()
         } catch {

@@ -80,7 +80,7 @@ final class PostgresConnection {
         }
     }
 
-    private let library: PostgresLibrary
+    private let library: PostgresLibrary.Loaded
     private let connection: OpaquePointer
     /// libpq's functions.
     private var pq: jotter_pq { library.functions }
@@ -110,7 +110,7 @@ final class PostgresConnection {
     }
 
     /// libpq, or a failure to connect that says why there is none (and which package to install).
-    static func opened(_ library: Result<PostgresLibrary, SharedLibrary.Missing>) throws(Failure) -> PostgresLibrary {
+    static func opened(_ library: Result<PostgresLibrary.Loaded, SharedLibrary.Missing>) throws(Failure) -> PostgresLibrary.Loaded {
         switch library {
         case .success(let opened): return opened
         case .failure(let missing): throw Failure(sqlState: nil, kind: "connect", reason: missing.description)
