@@ -62,6 +62,47 @@ import Testing
         #expect(!Self.mapsLibrary(libraries, "libpq"), "\(libraries.sorted())")
     }
 
+    /// Runs `jotter` with `arguments` where libcurl's file reads as empty: in a mount namespace of its own
+    /// (`unshare -m`, root only), the library found by `ldconfig` has `/dev/null` mounted over it.
+    private static func withoutLibcurl(_ arguments: [String]) throws -> LiveServerTests.JotterBinary.Finished {
+        let script = """
+            library=$(readlink -f "$(/sbin/ldconfig -p | awk '/libcurl\\.so\\.4 /{ print $NF; exit }')")
+            [ -f "$library" ] || { echo "no libcurl.so.4 found" >&2; exit 99; }
+            mount --make-rprivate / && mount --bind /dev/null "$library" || exit 98
+            exec "$0" "$@"
+            """
+        return try LiveServerTests.JotterBinary.run(["-m", "/bin/sh", "-c", script, LiveServerTests.JotterBinary.path]
+                                                    + arguments, executable: "/usr/bin/unshare")
+    }
+
+    /// Whether this machine lets a test make a mount namespace (root, with CAP_SYS_ADMIN).
+    static let canHideLibraries: Bool = {
+        guard getuid() == 0, let finished = try? LiveServerTests.JotterBinary.run(
+            ["-m", "/bin/sh", "-c", "mount --make-rprivate / && mount --bind /dev/null /dev/null"],
+            executable: "/usr/bin/unshare") else { return false }
+        return finished.status == 0
+    }()
+
+    /// On a machine where libcurl cannot be loaded, an SMTP relay is refused at start and `jotter send`
+    /// exits 72, each naming the package; nothing hangs or retries.
+    @Test(.enabled(if: canHideLibraries, "needs root and a mount namespace"))
+    func withoutLibcurlAnSMTPRelayIsRefusedAtStartAndSendExits72() throws {
+        let directory = TemporaryDirectory()
+        let serve = try Self.withoutLibcurl([
+            "serve", "--port", "0", "--data-dir", directory.file("data"),
+            "--relay", "smtp://127.0.0.1:1?tls=none&from=jotter@example.com&to=me@example.com",
+        ])
+        #expect(serve.status != 0 && serve.status < 90, "\(serve.status): \(serve.standardError)")
+        #expect(serve.standardError.contains("this relay needs libcurl") && serve.standardError.contains("libcurl4 package"),
+                "\(serve.standardError)")
+        #expect(!serve.standardOutput.contains("Listening"), "\(serve.standardOutput)")
+
+        let send = try Self.withoutLibcurl(["send", "--url", "http://127.0.0.1:1", "buy milk"])
+        #expect(send.status == 72, "\(send.status): \(send.standardError)")
+        #expect(send.standardError.hasPrefix("jotter send: libcurl.so.4 cannot be used")
+                && send.standardError.contains("libcurl4 package"), "\(send.standardError)")
+    }
+
     @Test func aLibraryThatCannotBeOpenedIsNamedWithItsPackage() {
         #expect {
             try CurlLibrary.load(soname: "libjotter-absent.so.9", package: "jotter-absent")
