@@ -3,8 +3,8 @@ import Glibc
 /// A system library opened when first needed (`dlopen`) instead of linked, for what only some
 /// configurations use. Linked, libcurl and libpq made every process map them and the twenty-odd libraries
 /// they pull in (Kerberos, LDAP, SSH, …) before `main`: about 1.8 MiB of an idle server's 23 MiB, for a
-/// server that delivers to its Maildir and never calls either (see bench/README.md). Opened libraries are
-/// never closed.
+/// server that delivers to its Maildir and never calls either (see bench/README.md). A library in use is
+/// never closed; one refused (a function missing, a failed start) is closed again.
 enum SharedLibrary {
     /// A library that could not be opened, that lacks a function Jotter calls, or that failed to start.
     struct Missing: Error, CustomStringConvertible, Sendable, Equatable {
@@ -21,8 +21,8 @@ enum SharedLibrary {
         }
     }
 
-    /// Opens `soname`, resolving all its symbols now.
-    static func open(_ soname: String, package: String) throws(Missing) -> UnsafeMutableRawPointer {
+    /// Opens `soname`, resolving all its symbols now (for `Loaded` only: a library is used through its table).
+    private static func open(_ soname: String, package: String) throws(Missing) -> UnsafeMutableRawPointer {
         guard let library = dlopen(soname, RTLD_NOW | RTLD_LOCAL) else {
             throw Missing(soname: soname, package: package, reason: dlerror().map { String(cString: $0) } ?? "unknown")
         }
