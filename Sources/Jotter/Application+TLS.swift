@@ -54,6 +54,11 @@ extension Application {
                 logger.warning("the local CA may vouch for every name under this machine's host name; "
                     + "move the data directory's tls/ away to make a narrower one (phones then trust the new one once)")
             }
+            // A CA made before e-mail was constrained could sign mail (S/MIME) that a phone trusting it accepts.
+            if atStart, signer.certificate.permits("email:someone@example.com") {
+                logger.warning("the local CA may vouch for e-mail addresses (signed mail); "
+                    + "move the data directory's tls/ away to make a narrower one (phones then trust the new one once)")
+            }
         }
         let certificate = try ServerCertificate.loadOrRenew(directory: directory, authority: authority,
                                                             names: names, addresses: addresses, now: now)

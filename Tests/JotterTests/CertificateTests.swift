@@ -60,7 +60,7 @@ import Testing
         for permitted in ["DNS:localhost", "DNS:local", "IP:10.0.0.0/255.0.0.0",
                           "IP:172.16.0.0/255.240.0.0", "IP:192.168.0.0/255.255.0.0", "IP:127.0.0.0/255.0.0.0",
                           "IP:169.254.0.0/255.255.0.0", "IP:FC00:0:0:0:0:0:0:0/FE00:0:0:0:0:0:0:0",
-                          "IP:FE80:0:0:0:0:0:0:0/FFC0:0:0:0:0:0:0:0"] {
+                          "IP:FE80:0:0:0:0:0:0:0/FFC0:0:0:0:0:0:0:0", "email:.invalid"] {
             #expect(ca.contains(permitted), "CA permits \(permitted)")
         }
         #expect(ca.contains("Subject: CN = Jotter local CA (testbox)"))
@@ -94,17 +94,19 @@ import Testing
         #expect(try mode(directory.file("tls")) == 0o700)
     }
 
-    /// Whoever gets hold of the CA's key still cannot vouch for a public site with it: clients that
-    /// trust the CA refuse such a certificate.
+    /// Whoever gets hold of the CA's key still cannot vouch for a public site with it, nor sign mail:
+    /// clients that trust the CA refuse such a certificate.
     @Test func aCertificateForAPublicNameUnderTheCAFailsVerification() throws {
         let directory = TemporaryDirectory()
         _ = try make(directory)
-        func forge(_ name: String, _ alternative: String) throws -> Command.Result {
+        func forge(_ name: String, _ alternative: String?, subject: String? = nil,
+                   usage: String = "serverAuth") throws -> Command.Result {
             let extensions = directory.file("tls/\(name).ext")
-            try "subjectAltName=\(alternative)\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+            try ((alternative.map { "subjectAltName=\($0)\n" } ?? "")
+                + "basicConstraints=CA:FALSE\nextendedKeyUsage=\(usage)\n")
                 .write(toFile: extensions, atomically: true, encoding: .utf8)
             let request = try openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                                       "-nodes", "-keyout", "\(name)-key.pem", "-subj", "/CN=\(name)",
+                                       "-nodes", "-keyout", "\(name)-key.pem", "-subj", subject ?? "/CN=\(name)",
                                        "-out", "\(name).csr"], directory)
             try #require(request.status == 0, "\(request.errors)")
             let signed = try openssl(["x509", "-req", "-in", "\(name).csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
@@ -121,6 +123,27 @@ import Testing
         let address = try forge("public-address", "IP:8.8.8.8")
         #expect(address.status != 0)
         #expect((address.output + address.errors).contains("permitted subtree violation"))
+        // Signed mail (S/MIME), the address named either way a mail client reads it.
+        let mail = try forge("mail", "email:ceo@example.com", usage: "emailProtection")
+        #expect(mail.status != 0)
+        #expect((mail.output + mail.errors).contains("permitted subtree violation"), "\(mail.output) \(mail.errors)")
+        let inSubject = try forge("mail-subject", nil, subject: "/CN=ceo/emailAddress=ceo@example.com",
+                                  usage: "emailProtection")
+        #expect(inSubject.status != 0)
+        #expect((inSubject.output + inSubject.errors).contains("permitted subtree violation"),
+                "\(inSubject.output) \(inSubject.errors)")
+        let mailAtLocal = try forge("mail-local", "email:me@box.local", usage: "emailProtection")
+        #expect(mailAtLocal.status != 0, "not even for a .local address")
+    }
+
+    /// The CA's own view of its constraints, as the start's warnings use it.
+    @Test func theCAPermitsNoMailAddress() throws {
+        let directory = TemporaryDirectory()
+        let (authority, _) = try make(directory)
+        let signer = try authority.signer()
+        #expect(!signer.certificate.permits("email:someone@example.com"))
+        #expect(!signer.certificate.permits("email:me@box.local"))
+        #expect(signer.certificate.permits("DNS:box.local"))
     }
 
     /// A machine named like a public top-level domain (`dev`, `app`): its CA must not vouch for the

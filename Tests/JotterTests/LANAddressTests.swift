@@ -403,4 +403,38 @@ struct LANAddressTests {
         let warnings = server.logs.captured.components(separatedBy: "may vouch for every name under").count - 1
         #expect(warnings == 1, "warned once, at start: \(warnings)")
     }
+
+    /// A CA made before e-mail was constrained (the same constraints otherwise) keeps serving phones that
+    /// trust it, and the start says, once, that it could sign mail. A CA made now does not warn.
+    @Test func anOlderCAThatCouldSignMailWarnsOnce() throws {
+        let directory = TemporaryDirectory()
+        let tls = directory.file("data/tls")
+        try FileManager.default.createDirectory(atPath: tls, withIntermediateDirectories: true)
+        let constraints = ["localhost", "local"].map { "permitted;DNS:\($0)" }
+            + LocalCertificateAuthority.permittedNetworks.map { "permitted;IP:\($0)" }
+        try ("[req]\ndistinguished_name=dn\n[dn]\n[v3_ca]\nbasicConstraints=critical,CA:TRUE,pathlen:0\n"
+            + "keyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash\n"
+            + "nameConstraints=critical," + constraints.joined(separator: ",") + "\n")
+            .write(toFile: tls + "/ca.cnf", atomically: true, encoding: .utf8)
+        let made = try Command.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                        "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "3650", "-subj", "/CN=old CA",
+                                        "-config", "ca.cnf", "-extensions", "v3_ca"], in: tls)
+        try #require(made.status == 0, "\(made.errors)")
+        let warning = "may vouch for e-mail addresses"
+        let interfaces = TestInterfaces(["192.168.1.20"])
+        do {
+            let server = try Self.server(directory, interfaces)
+            defer { server.stop() }
+            #expect(try Self.get(server, "/healthz", as: "192.168.1.20") == 200, "the old CA still serves")
+            interfaces.set(["10.0.0.7"])
+            #expect(server.application.refreshLANAddresses())
+            let warnings = server.logs.captured.components(separatedBy: warning).count - 1
+            #expect(warnings == 1, "warned once, at start: \(warnings)")
+        }
+        let fresh = TemporaryDirectory()
+        let server = try Self.server(fresh, TestInterfaces(["192.168.1.20"]))
+        defer { server.stop() }
+        #expect(!server.logs.captured.contains(warning), "a CA made now cannot sign mail")
+        #expect(server.logs.captured.contains("created a local certificate authority"))
+    }
 }

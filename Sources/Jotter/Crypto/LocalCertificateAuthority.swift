@@ -6,7 +6,8 @@ import Glibc
 ///
 /// Its name constraints keep an installed CA harmless should its key leak: it can vouch only for this
 /// machine's names, `localhost`, names under `local` (mDNS), and private, loopback and link-local
-/// addresses — never a public site. Ten years of validity is allowed for a CA; the 825-day cap that
+/// addresses — never a public site, and no e-mail address (a phone that trusts it for HTTPS would
+/// otherwise accept S/MIME mail signed under it). Ten years of validity is allowed for a CA; the 825-day cap that
 /// Apple platforms apply is for server certificates (`ServerCertificate`).
 public struct LocalCertificateAuthority: Sendable {
     /// The CA certificate, PEM (`ca.pem`).
@@ -21,6 +22,9 @@ public struct LocalCertificateAuthority: Sendable {
     public let isNew: Bool
     /// The CA's key, PEM (`ca-key.pem`, mode 0600); kept only to sign server certificates.
     let privateKeyPEM: String
+
+    /// The only mail domain a CA made since 2026-12-08 may vouch for: none can exist under it.
+    static let noMailDomain = ".invalid"
 
     /// How long a new CA is valid.
     public static let lifetimeDays: Int64 = 3650
@@ -93,9 +97,14 @@ public struct LocalCertificateAuthority: Sendable {
     /// and `local`, which no public site can have: the machine's own host name would admit everything
     /// under it, and a machine called `dev` or `app` (public top-level domains) would have a CA that can
     /// vouch for `www.google.dev`. Phones reach this machine by address or by `name.local`.
+    ///
+    /// A name form with no permitted subtree is not constrained at all, so e-mail gets one that no address
+    /// can be in: `.invalid` (RFC 6761), which OpenSSL also applies to an `emailAddress` in a subject.
+    /// Clients that do not check e-mail constraints are unaffected: the server certificates name none.
     static func extensions() -> [X509Certificate.Extension] {
         let dnsNames = ["localhost", "local"]
         let permitted = dnsNames.map { "permitted;DNS:\($0)" } + permittedNetworks.map { "permitted;IP:\($0)" }
+            + ["permitted;email:\(noMailDomain)"]
         return [
             .init(nid: NID_basic_constraints, value: "critical,CA:TRUE,pathlen:0"),
             .init(nid: NID_key_usage, value: "critical,keyCertSign,cRLSign"),
