@@ -124,6 +124,36 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("Maildir/new")).count == 1)
     }
 
+    /// Which memos count as an earlier process's is decided by the order of acceptance, not the wall clock.
+    /// A clock set back after the start (NTP on a machine without a real-time clock) made every memo of this
+    /// process look earlier, each batch reading `cur/` until the clock caught up; a clock that had been ahead
+    /// in the earlier process made its memos look like this one's, and a delivery whose record a power loss
+    /// undid would have gone out twice.
+    @Test func anEarlierProcessIsToldByTheOrderOfAcceptanceNotTheClock() async throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+        defer { outbox.close() }
+        // The earlier process ran with its clock an hour ahead.
+        scheduler.clock.set(byMilliseconds: 3_600_000)
+        let ahead = try await outbox.enqueue(MemoDraft(body: "accepted while the clock was ahead")).id
+        scheduler.clock.set(byMilliseconds: -3_600_000)
+        let transport = ControlledTransport()
+        let worker = try DeliveryWorker.started(outbox: outbox, queue: outbox, transport: transport, scheduler: scheduler)
+        defer { worker.stop() }
+        // Stored as due when it was accepted, by the clock of then.
+        #expect(TestServer.waitUntil(timeout: 20) { scheduler.nextDeadline != nil })
+        scheduler.advance(milliseconds: 3_600_000)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: ahead))??.status == .sent })
+        // Then this process's clock is set back two hours: an hour before its start.
+        scheduler.clock.set(byMilliseconds: -7_200_000)
+        let mine = try await outbox.enqueue(MemoDraft(body: "accepted after the clock went back")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: mine))??.status == .sent })
+        let looked = Dictionary(transport.messages.map { ($0.id, $0.mayHaveBeenDelivered) }, uniquingKeysWith: { $1 })
+        #expect(looked[ahead] == true, "the earlier process's memo is looked for, though dated after the start")
+        #expect(looked[mine] == false, "this process's memo is not, though dated before the start")
+    }
+
     /// A send slower than its lease (a long `?timeout=`): its memo is due again for a claim, but a worker
     /// does not claim what it is still sending, so the timer waits a second between looks — it was re-armed
     /// every millisecond, a core busy with claims until the send ended.
@@ -674,6 +704,7 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
     }
     func makeRetriesDue() throws { try outbox.makeRetriesDue() }
     func recoverInterrupted() throws -> Int { try outbox.recoverInterrupted() }
+    func lastAccepted() throws -> Int64 { try outbox.lastAccepted() }
     func nextDueAt() throws -> Int64? { try outbox.nextDueAt() }
     func purgeSubjects(deliveredBefore cutoff: Int64) throws { try outbox.purgeSubjects(deliveredBefore: cutoff) }
     func stuck(acceptedBefore cutoff: Int64, limit: Int) throws -> [MessageRecord] {

@@ -77,9 +77,13 @@ public final class DeliveryWorker: @unchecked Sendable {
     // probes of a relay that is down for that hour. What is stored (next attempts, leases) is wall time.
     /// When subjects were last purged (monotonic; nil: not yet).
     private var lastPurge: Int64?
-    /// When this worker was made (wall time): a memo accepted before it was accepted by an earlier process,
-    /// whose unsynced record of a delivery a power loss may have undone.
-    private let startedAt: Int64
+    /// The last memo accepted before this worker started (its `seq`; every memo until `start` has read it):
+    /// one at or below it was accepted by an earlier process, whose unsynced record of a delivery a power
+    /// loss may have undone. Not the wall time of the start: a clock set back after it (NTP stepping a
+    /// machine without a real-time clock) made this process's own memos look earlier, each batch then
+    /// reading `cur/`, and a clock that had been ahead made an earlier process's look like this one's.
+    /// Read by the sending threads, hence atomic.
+    private let acceptedBeforeStart = Atomic<Int64>(.max)
     /// When memos held for a relay's refusal were last released because this node's relay accepts
     /// (monotonic; shared queues only).
     private var lastSharedRelease: Int64?
@@ -138,7 +142,6 @@ public final class DeliveryWorker: @unchecked Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        startedAt = clock.nowMilliseconds()
     }
 
     /// How the relay is doing.
@@ -164,6 +167,7 @@ public final class DeliveryWorker: @unchecked Sendable {
         if recovered > 0 {
             logger.notice("re-queued interrupted deliveries", metadata: ["count": "\(recovered)"])
         }
+        let lastAccepted = try outbox.lastAccepted()
         // Shared with other nodes, the held memos may be another node's refusal (its own configuration):
         // this node finds out about its own relay by trying it. A damaged page under the memos given up on
         // (which no claim reads) does not stop the start: new memos still go, and /healthz says what is wrong.
@@ -174,6 +178,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                 relay.withLock { $0 = .refused(kind: refusedBefore, since: clock.nowMilliseconds()) }
                 retestAt = clock.monotonicMilliseconds() + configuration.refusedRetestMilliseconds
             }
+            acceptedBeforeStart.store(lastAccepted, ordering: .releasing)
             stopped = false
             timer = scheduler.makeTimer(queue: control) { [unowned self] in self.pump() }
             if outbox.leasesAreShared {
@@ -619,9 +624,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             // Dated when it was written, if its writer said so (a relay's message, accepted first by its
             // composer) — never later than it came here, whatever the writer's clock says.
             let date = min(content.writtenAt ?? claimed.createdAt, claimed.createdAt)
+            let acceptedEarlier = claimed.seq <= acceptedBeforeStart.load(ordering: .acquiring)
             var message = MailMessage(id: claimed.id, date: date, from: configuration.from, to: to,
                                       subject: content.subject, body: content.body, attempt: claimed.attempt,
-                                      mayHaveBeenDelivered: claimed.attempt > 1 || claimed.createdAt < startedAt)
+                                      mayHaveBeenDelivered: claimed.attempt > 1 || acceptedEarlier)
             message.onBehalfOfRecipient = configuration.onBehalfOfRecipient
             message.progress = progress
             ready.append((claimed, message))

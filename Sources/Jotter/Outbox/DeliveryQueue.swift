@@ -44,6 +44,10 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     @discardableResult
     func recoverInterrupted() throws -> Int
 
+    /// The `seq` of the last memo accepted so far (0: none yet). A worker asks at start: a memo at or below
+    /// it was accepted by an earlier process, whose unsynced record of a delivery a power loss may have undone.
+    func lastAccepted() throws -> Int64
+
     /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
     func nextDueAt() throws -> Int64?
 

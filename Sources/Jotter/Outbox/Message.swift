@@ -133,6 +133,9 @@ public struct ClaimedMessage: Sendable {
     public var id: String
     /// When it was accepted, epoch milliseconds (the `Date` header uses it, so retries render the same).
     public var createdAt: Int64
+    /// Its place in the order of acceptance (the store's `seq`, which only grows): unlike `createdAt`, not
+    /// moved by a wall clock set back, so it tells the memos accepted before a worker started from the rest.
+    public var seq: Int64
     /// This attempt's number, from 1.
     public var attempt: Int
     /// Rungs already climbed on the backoff ladder (attempts that failed while the relay was offline

@@ -153,9 +153,9 @@ struct MessageStore: Sendable {
     /// Up to `limit` memos that may be claimed now: due queued or retrying memos first (oldest due
     /// first), then sends whose lease ran out.
     func claimable(now: Int64, limit: Int, in database: Database)
-        throws -> [(id: String, createdAt: Int64, sealed: [UInt8]?, lifecycle: DeliveryLifecycle)] {
+        throws -> [(id: String, createdAt: Int64, seq: Int64, sealed: [UInt8]?, lifecycle: DeliveryLifecycle)] {
         try database.statement("""
-            SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM messages
+            SELECT id, created_at, seq, sealed_payload, \(Self.lifecycleColumns) FROM messages
             WHERE seq IN (
                 SELECT seq FROM (
                     SELECT seq \(StatusIndex.waiting.from()) AND next_attempt_at <= ?1
@@ -166,8 +166,14 @@ struct MessageStore: Sendable {
                 LIMIT ?2)
             ORDER BY COALESCE(next_attempt_at, lease_until), seq
             """).rows([.integer(now), .integer(Int64(limit))]) { row in
-            (row.text(0) ?? "", row.int64(1), row.blob(2), Self.lifecycle(row, from: 3))
+            (row.text(0) ?? "", row.int64(1), row.int64(2), row.blob(3), Self.lifecycle(row, from: 4))
         }
+    }
+
+    /// The `seq` of the last memo accepted so far (0: none yet).
+    func lastAccepted(in database: Database) throws -> Int64 {
+        let last = try database.statement("SELECT MAX(seq) FROM messages").firstRow { $0.optionalInt64(0) }
+        return (last ?? nil) ?? 0
     }
 
     /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.

@@ -165,7 +165,7 @@ public final class Outbox: MessageOutbox {
         let now = clock.nowMilliseconds()
         let claimed = try database.write(durable: false) { database in
             var budget = ClaimBudget(maxBytes: maxBytes)
-            var claimed: [(String, Int64, [UInt8]?, DeliveryLifecycle)] = []
+            var claimed: [(String, Int64, Int64, [UInt8]?, DeliveryLifecycle)] = []
             for candidate in try store.claimable(now: now, limit: limit, in: database)
             where !excluding.contains(candidate.id) {
                 guard budget.fits(candidate.sealed) else { break }
@@ -173,13 +173,13 @@ public final class Outbox: MessageOutbox {
                 guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }
                 try store.persist(lifecycle, id: candidate.id, from: candidate.lifecycle.status, in: database)
                 budget.take(candidate.sealed)
-                claimed.append((candidate.id, candidate.createdAt, candidate.sealed, lifecycle))
+                claimed.append((candidate.id, candidate.createdAt, candidate.seq, candidate.sealed, lifecycle))
             }
             return claimed
         }
-        return claimed.map { id, createdAt, sealed, lifecycle in
-            ClaimedMessage(id: id, createdAt: createdAt, attempt: lifecycle.attempts, backoffStep: lifecycle.backoffStep,
-                           content: store.open(sealed, id: id))
+        return claimed.map { id, createdAt, seq, sealed, lifecycle in
+            ClaimedMessage(id: id, createdAt: createdAt, seq: seq, attempt: lifecycle.attempts,
+                           backoffStep: lifecycle.backoffStep, content: store.open(sealed, id: id))
         }
     }
 
@@ -389,6 +389,11 @@ public final class Outbox: MessageOutbox {
         return try transitionAll(in: .sending, durable: false) { lifecycle throws(DeliveryLifecycle.Refusal) in
             try lifecycle.interrupted(now: now)
         }
+    }
+
+    /// The `seq` of the last memo accepted so far (0: none yet).
+    public func lastAccepted() throws -> Int64 {
+        try database.read { try store.lastAccepted(in: $0) }
     }
 
     /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.

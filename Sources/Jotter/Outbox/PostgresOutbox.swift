@@ -200,40 +200,41 @@ public final class PostgresOutbox: MessageOutbox {
     public func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64,
                          excluding: Set<String>) throws -> [ClaimedMessage] {
         let now = clock.nowMilliseconds()
-        let claimed = try pool.transaction(serializable: false) { connection -> [(String, Int64, [UInt8]?, DeliveryLifecycle)] in
+        let claimed = try pool.transaction(serializable: false) {
+            connection -> [(String, Int64, Int64, [UInt8]?, DeliveryLifecycle)] in
             // Rows another node is claiming right now are skipped, not waited for. Due messages first,
             // in the order of their index (no sort of every due row), then sends whose lease ran out.
             var rows = try connection.execute("""
-                SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
+                SELECT id, created_at, seq, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
                 WHERE status IN ('queued', 'retrying') AND next_attempt_at <= $1
                 ORDER BY next_attempt_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED
                 """, [.integer(now), .integer(Int64(limit))]).all
             if rows.count < limit {
                 rows += try connection.execute("""
-                    SELECT id, created_at, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
+                    SELECT id, created_at, seq, sealed_payload, \(Self.lifecycleColumns) FROM jotter_messages
                     WHERE status = 'sending' AND lease_until <= $1
                     ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED
                     """, [.integer(now), .integer(Int64(limit - rows.count))]).all
             }
             // Rows locked here but left out by the byte budget are let go at COMMIT, unclaimed.
             var budget = ClaimBudget(maxBytes: maxBytes)
-            var claimed: [(String, Int64, [UInt8]?, DeliveryLifecycle)] = []
+            var claimed: [(String, Int64, Int64, [UInt8]?, DeliveryLifecycle)] = []
             for row in rows {
-                let sealed = row.bytes(2)
+                let sealed = row.bytes(3)
                 guard budget.fits(sealed) else { break }
                 let id = row.text(0) ?? ""
                 if excluding.contains(id) { continue }
-                var lifecycle = Self.lifecycle(row, from: 3)
+                var lifecycle = Self.lifecycle(row, from: 4)
                 guard (try? lifecycle.claim(now: now, leaseMilliseconds: leaseMilliseconds)) != nil else { continue }
                 try Self.persist(lifecycle, id: id, in: connection)
                 budget.take(sealed)
-                claimed.append((id, row.int64(1), sealed, lifecycle))
+                claimed.append((id, row.int64(1), row.int64(2), sealed, lifecycle))
             }
             return claimed
         }
-        return claimed.map { id, createdAt, sealed, lifecycle in
-            ClaimedMessage(id: id, createdAt: createdAt, attempt: lifecycle.attempts, backoffStep: lifecycle.backoffStep,
-                           content: store.open(sealed, id: id))
+        return claimed.map { id, createdAt, seq, sealed, lifecycle in
+            ClaimedMessage(id: id, createdAt: createdAt, seq: seq, attempt: lifecycle.attempts,
+                           backoffStep: lifecycle.backoffStep, content: store.open(sealed, id: id))
         }
     }
 
@@ -340,6 +341,10 @@ public final class PostgresOutbox: MessageOutbox {
     /// Nothing: see the type's note (leases, not a restart, hand back a dead node's sends).
     @discardableResult
     public func recoverInterrupted() throws -> Int { 0 }
+
+    public func lastAccepted() throws -> Int64 {
+        try pool.with { try $0.execute("SELECT MAX(seq) FROM jotter_messages").first?.optionalInt64(0) ?? 0 }
+    }
 
     public func nextDueAt() throws -> Int64? {
         try pool.with { connection in
