@@ -92,6 +92,40 @@ import Testing
         #expect(!server.logs.captured.contains(canary))
     }
 
+    /// The outbox takes no writes while no memo comes (here another process holds its write lock past the
+    /// writer's 5 s wait; a disk that filled after the last memo does the same): the memos waiting cannot be
+    /// claimed. `/healthz` says so — it said `ok` while nothing went out — and once writes work again the
+    /// memo goes, once, and `/healthz` is `ok`.
+    @Test func claimsTheDatabaseRefusesMakeHealthzSaySoUntilTheyWorkAgain() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        func health() throws -> JSONValue { try JSONValue.parse(try server.request("GET", "/healthz").body) }
+        // Due in two seconds (its undo window), by when the lock is held.
+        let response = try server.request("POST", "/send", headers: [("Content-Type", "text/plain"),
+                                                                      ("Undo-Seconds", "2")],
+                                          body: Array("waits for the outbox to take writes".utf8))
+        #expect(response.status == 204)
+        let id = try #require(response.header("X-Message-Id"))
+        let other = try Database(path: server.outbox.database.path)
+        defer { other.close() }
+        try other.execute("BEGIN IMMEDIATE")
+        #expect(try health()["storage"]?["state"]?.string == "ok", "nothing has failed yet")
+        #expect(try TestServer.waitUntil(timeout: 90) { try health()["storage"]?["state"]?.string == "failing" })
+        let failing = try health()
+        #expect(failing["status"]?.string == "degraded")
+        #expect(failing["storage"]?["reason"]?.string == "locked")
+        #expect(failing["storage"]?["since"]?.string?.hasPrefix("20") == true)
+        #expect(try server.outbox.history.record(id: id)?.status == .queued)
+        #expect(server.logs.captured.contains("claim failed"))
+
+        try other.execute("COMMIT")
+        #expect(try TestServer.waitUntil(timeout: 120) { try server.outbox.history.record(id: id)?.status == .sent })
+        #expect(try TestServer.waitUntil(timeout: 60) { try health()["storage"]?["state"]?.string == "ok" })
+        #expect(try health()["status"]?.string == "ok")
+        #expect(server.deliveredFiles().filter { $0.contains(".\(id).") }.count == 1, "delivered once")
+    }
+
     /// `jotter relay` on SQLite, likewise: the message that does not fit is refused with the relay's
     /// `503`, nothing of it is kept, and the messages accepted before and after are each delivered once.
     @Test func aFullRelayRefusesTheMessageThatDoesNotFitAndLosesNothing() throws {

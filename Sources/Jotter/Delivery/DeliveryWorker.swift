@@ -321,6 +321,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                     send(Array(claimed[start..<min(start + batch, claimed.count)]))
                 }
                 failedClaims = 0
+                outbox.noteDeliveryWrite(failedWith: nil)
             } catch {
                 // The database refuses (full, read-only, damaged): look again later, not at once — the
                 // memo that was due still is, and a timer of 1 ms made a loop of failures and log lines.
@@ -328,8 +329,10 @@ public final class DeliveryWorker: @unchecked Sendable {
                 let delay = Self.claimRetryMilliseconds(afterFailures: failedClaims)
                 failedClaims += 1
                 logger.error("claim failed", metadata: ["error.kind": Self.kind(of: error), "retry_ms": "\(delay)"])
-                // A damaged page under the waiting memos: /healthz says so, not only this log.
+                // A damaged page under the waiting memos, or a disk that refuses: /healthz says so, not only
+                // this log.
                 outbox.noteDamage(error)
+                outbox.noteDeliveryWrite(failedWith: error)
                 timer?.arm(afterMilliseconds: delay)
                 return
             }
@@ -774,6 +777,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                       _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void,
                       error: any Error) {
         settling.withLock { settling in ids.forEach { settling.insert($0) } }
+        outbox.noteDeliveryWrite(failedWith: error)
         for id in ids {
             logger.error("recording delivery outcome failed; kept to retry", metadata: [
                 "message.id": id, "error.kind": Self.kind(of: error),
@@ -789,6 +793,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     /// Writes kept outcomes, oldest first; false while the database still refuses writes.
     private func recordPendingOutcomes() -> Bool {
         dispatchPrecondition(condition: .onQueue(control))
+        if unrecorded.isEmpty { return true }
+        defer { if unrecorded.isEmpty { outbox.noteDeliveryWrite(failedWith: nil) } }
         while let outcome = unrecorded.first {
             do {
                 try outbox.transition(id: outcome.id, durable: outcome.durable, outcome.decide)
@@ -796,6 +802,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             } catch is DeliveryLifecycle.Refusal {
                 // The memo moved on meanwhile (re-queued at a restart, say): nothing left to record.
             } catch {
+                outbox.noteDeliveryWrite(failedWith: error)
                 return false
             }
             unrecorded.removeFirst()

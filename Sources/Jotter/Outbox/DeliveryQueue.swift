@@ -67,6 +67,10 @@ public protocol DeliveryQueue: AnyObject, Sendable {
 
     /// Takes the word of a failed claim or write about the store's pages.
     func noteDamage(_ error: any Error)
+
+    /// A claim or outcome the worker could not write (`error`), or one it wrote (nil): a node's `/healthz`
+    /// says its storage is failing meanwhile.
+    func noteDeliveryWrite(failedWith error: (any Error)?)
 }
 
 extension DeliveryQueue {
@@ -85,6 +89,7 @@ extension DeliveryQueue {
 extension DeliveryQueue {
     public func startIntegrityChecks() {}
     public func noteDamage(_ error: any Error) {}
+    public func noteDeliveryWrite(failedWith error: (any Error)?) {}
 }
 
 extension DeliveryQueue {

@@ -65,9 +65,24 @@ public final class Outbox: MessageOutbox {
         public let sinceMilliseconds: Int64
     }
 
-    /// Set from the first memo refused for the disk's reasons until a memo is stored again: what
-    /// `/healthz` reports as `storage`.
-    public var storageTrouble: StorageTrouble? { accepting.storageTrouble }
+    /// What `/healthz` reports as `storage`: set from the first memo refused for the disk's reasons until
+    /// a memo is stored again, or else from the first claim or outcome the delivery worker could not write
+    /// until one is written again (a disk that filled while no memo came: the waiting memos do not go).
+    public var storageTrouble: StorageTrouble? { accepting.storageTrouble ?? deliveryTrouble.withLock { $0 } }
+
+    /// The delivery worker's side of `storageTrouble`.
+    private let deliveryTrouble = Mutex<StorageTrouble?>(nil)
+
+    /// A claim or outcome the worker could not write (`error`), or one it wrote (nil).
+    public func noteDeliveryWrite(failedWith error: (any Error)?) {
+        guard let error else {
+            deliveryTrouble.withLock { $0 = nil }
+            return
+        }
+        let trouble = StorageTrouble(reason: (error as? DatabaseError)?.storageTrouble ?? "other",
+                                     sinceMilliseconds: clock.nowMilliseconds())
+        deliveryTrouble.withLock { if $0?.reason != trouble.reason { $0 = trouble } }
+    }
 
     /// Damage seen in the database's pages (by `checkIntegrity`, or by a read that met it): what
     /// `/healthz` reports as `storage.state: damaged`, for the life of the process.
