@@ -157,6 +157,48 @@ import Testing
         #expect(!relay.logs.captured.contains(canary))
     }
 
+    /// A note that reaches a file-size limit in the middle of an entry (a full disk or a quota does the same):
+    /// the write takes the entry's first bytes, its heading and marker among them, and fails. Those bytes are
+    /// taken back; once there is room, the retry writes the whole entry, once. Before, the retry found the
+    /// marker, reported the memo delivered and erased it, and the note kept its first 170 characters.
+    @Test func aNoteFilledInTheMiddleOfAnEntryGetsTheWholeEntryOnceThereIsRoom() throws {
+        let directory = TemporaryDirectory()
+        let vault = directory.file("vault")
+        try FileManager.default.createDirectory(atPath: vault, withIntermediateDirectories: true)
+        // The limit is 4,096 blocks of 512 bytes (room for the database's WAL); the note is filled to 200
+        // bytes below it.
+        let line = String(repeating: "x", count: 99) + "\n"
+        let filler = String(repeating: line, count: (4096 * 512 - 200) / line.utf8.count)
+        let note = vault + "/inbox.md"
+        try filler.write(toFile: note, atomically: false, encoding: .utf8)
+        let server = try ServeProcess(directory: directory, arguments: ["--relay", "markdown:\(vault)?file=inbox.md"],
+                                      ulimit: "-S -f 4096")
+        defer { _ = server.stop() }
+        let body = "THE START " + String(repeating: "of a long thought ", count: 80) + "THE END"
+        let response = try Self.post(body, port: server.port)
+        #expect(response.status == 204)
+        let id = try #require(response.header("X-Message-Id"))
+        func status() throws -> String? {
+            let record = try RawHTTP.request(port: server.port, method: "GET", path: "/history/\(id)")
+            return (record.json as? [String: Any])?["status"] as? String
+        }
+        let failed = try TestServer.waitUntil(timeout: 60) { try status() == "retrying" }
+        let seen = try status() ?? "none"
+        #expect(failed, "\(seen): \(server.standardError.split(separator: "\n").filter { !$0.contains("info http") })")
+        let cut = try String(contentsOfFile: note, encoding: .utf8)
+        #expect(cut == filler, "nothing of the failed entry is left: \(cut.utf8.count - filler.utf8.count) bytes more")
+
+        let lifted = try Command.run("/usr/bin/prlimit", ["--pid", "\(server.process.processIdentifier)",
+                                                         "--fsize=unlimited"])
+        #expect(lifted.status == 0, "\(lifted.errors)")
+        #expect(try TestServer.waitUntil(timeout: 120) { try status() == "sent" })
+        let whole = try String(contentsOfFile: note, encoding: .utf8)
+        #expect(whole.hasPrefix(filler))
+        #expect(whole.components(separatedBy: "<!-- jotter:\(id) -->").count == 2, "one entry")
+        #expect(whole.trimmingCharacters(in: .newlines).hasSuffix("THE END"), "the whole memo: \(whole.suffix(80))")
+        #expect(whole.contains(body))
+    }
+
     /// A file-size limit (`ulimit -f`) stops the WAL from growing, so the commit's write fails at its sync
     /// (the frames gathered by `CoalescingVFS`). The server ignores SIGXFSZ, whose default would end it:
     /// each memo that does not fit is refused, the server runs on, and once the limit is lifted it

@@ -88,6 +88,24 @@ import Testing
         #expect(!server.logs.captured.contains("Buy oat milk"))
     }
 
+    /// What a write cut short left (a crash or a full disk between its first bytes and its last): the
+    /// heading and marker, part of the text. That is not the memo delivered: the retry writes it whole.
+    @Test func anEntryCutShortIsNotTakenForTheMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = MarkdownTransport(folder: directory.file("vault"))
+        let date = Self.localMilliseconds(year: 2024, month: 3, day: 10, hour: 9, minute: 5)
+        let message = Self.message(id: "5b0e7c1a-7d1f-4c55-8d6e-2a9a1c3e4f60", date: date,
+                                   subject: "", body: "the first half of a thought, and the second half")
+        let whole = MarkdownTransport.entry(message, heading: "09:05")
+        let cut = String(whole.prefix(whole.count - 12))
+        try FileManager.default.createDirectory(atPath: directory.file("vault"), withIntermediateDirectories: true)
+        let path = directory.file("vault/2024-03-10.md")
+        try cut.write(toFile: path, atomically: false, encoding: .utf8)
+        #expect(try transport.send(message) == DeliveryReceipt(alreadyDelivered: false))
+        #expect(Self.read(path).contains(whole), "the whole entry is there")
+        #expect(try transport.send(message) == DeliveryReceipt(alreadyDelivered: true), "and counts from then on")
+    }
+
     @Test func sendingTheSameMessageTwiceWritesOneEntry() throws {
         let directory = TemporaryDirectory()
         let transport = MarkdownTransport(folder: directory.file("vault"))

@@ -51,6 +51,9 @@ public struct MaildirTransport: Transport {
     public func send(batch messages: [MailMessage]) -> [Result<DeliveryReceipt, DeliveryFailure>] {
         var outcomes = [Result<DeliveryReceipt, DeliveryFailure>?](repeating: nil, count: messages.count)
         var written: [(index: Int, name: String, fd: Int32)] = []
+        // Copies an earlier attempt left: durable only once `new/` is synced, which that attempt may
+        // not have lived (or managed) to do.
+        var found: [Int] = []
         var prepared = false
         // Only a memo an earlier attempt may have delivered can have a copy here (a retry, or one an
         // earlier process accepted: a power loss may have undone the record of its delivery). Others
@@ -59,7 +62,7 @@ public struct MaildirTransport: Transport {
         for (index, message) in messages.enumerated() {
             let name = Self.fileName(for: message)
             if delivered.contains(name) {
-                outcomes[index] = .success(DeliveryReceipt(alreadyDelivered: true))
+                found.append(index)
                 continue
             }
             let temporary = "\(path)/tmp/\(name)"
@@ -105,20 +108,23 @@ public struct MaildirTransport: Transport {
             }
             if linkedNow {
                 linked.append(file.index)
+            } else if error == EEXIST {
+                found.append(file.index)
             } else {
-                outcomes[file.index] = error == EEXIST ? .success(DeliveryReceipt(alreadyDelivered: true))
-                                                       : .failure(Self.failure(error))
+                outcomes[file.index] = .failure(Self.failure(error))
             }
         }
-        if !linked.isEmpty {
-            let durable: Result<DeliveryReceipt, DeliveryFailure>
+        if !linked.isEmpty || !found.isEmpty {
+            var failure: DeliveryFailure?
             do throws(SystemError) {
                 try FileIO.syncDirectory("\(path)/new")
-                durable = .success(DeliveryReceipt())
             } catch {
-                durable = .failure(Self.failure(error.code))
+                failure = Self.failure(error.code)
             }
-            for index in linked { outcomes[index] = durable }
+            for index in linked { outcomes[index] = failure.map { .failure($0) } ?? .success(DeliveryReceipt()) }
+            for index in found {
+                outcomes[index] = failure.map { .failure($0) } ?? .success(DeliveryReceipt(alreadyDelivered: true))
+            }
         }
         return outcomes.map { $0 ?? .failure(Self.failure(0)) }
     }

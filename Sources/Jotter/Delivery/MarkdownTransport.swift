@@ -59,10 +59,16 @@ public final class MarkdownTransport: Transport {
 
     static func marker(_ id: String) -> String { "<!-- jotter:\(id) -->" }
 
-    /// The entry for `message`: heading, marker, the subject when it says more than the body's first
-    /// line, then the body made safe for the note.
+    /// The entry for `message`: heading, then `entryText`.
     static func entry(_ message: MailMessage, heading: String) -> String {
-        var entry = "## \(heading)\n\(marker(message.id))\n\n"
+        "## \(heading)\n" + entryText(message)
+    }
+
+    /// An entry below its heading: marker, the subject when it says more than the body's first line, then
+    /// the body made safe for the note. A retry finds the memo in the note only when all of this is there:
+    /// the marker alone may be what an interrupted write left (a full disk took its first bytes).
+    static func entryText(_ message: MailMessage) -> String {
+        var entry = "\(marker(message.id))\n\n"
         if message.subject != SubjectLine.derived(from: message.body) && !message.subject.isEmpty {
             entry += "**\(escapeInline(message.subject))**\n\n"
         }
@@ -144,13 +150,13 @@ public final class MarkdownTransport: Transport {
             guard fd >= 0 else { throw DeliveryFailure(.io, permanent: false) }
             defer { close(fd) }
             let existing = try Self.readAll(fd)
-            let note = String(decoding: existing, as: UTF8.self)
             var receipts: [DeliveryReceipt] = []
             var entries: [UInt8] = []
             var written = Set<String>()
             var lastByte = existing.last
             for message in messages {
-                guard !note.contains(Self.marker(message.id)), written.insert(message.id).inserted else {
+                let text = Array(Self.entryText(message).utf8)
+                guard !Self.holds(existing, text), written.insert(message.id).inserted else {
                     receipts.append(DeliveryReceipt(alreadyDelivered: true))
                     continue
                 }
@@ -159,13 +165,24 @@ public final class MarkdownTransport: Transport {
                     entries.append(10)
                 }
                 let heading = Self.format(headingPattern, milliseconds: message.date)
-                entries += Self.entry(message, heading: heading).utf8
+                entries += "## \(heading)\n".utf8
+                entries += text
                 lastByte = entries.last
                 receipts.append(DeliveryReceipt())
             }
-            guard !entries.isEmpty else { return receipts }
-            // One write: appends by other programs land before or after it, never inside.
-            guard Self.append(fd, entries), fsync(fd) == 0 else { throw DeliveryFailure(.io, permanent: false) }
+            if entries.isEmpty {
+                // Every memo was there already, written by an attempt that may not have lived (or managed)
+                // to make it durable.
+                guard fsync(fd) == 0 else { throw DeliveryFailure(.io, permanent: false) }
+                return receipts
+            }
+            // One write: appends by other programs land before or after it, never inside. What a failed
+            // write or sync leaves of it is taken back, so the note holds no entry cut short.
+            guard Self.append(fd, entries) else { throw DeliveryFailure(.io, permanent: false) }
+            guard fsync(fd) == 0 else {
+                Self.takeBack(fd, count: entries.count)
+                throw DeliveryFailure(.io, permanent: false)
+            }
             if existing.isEmpty {
                 // A new note: its directory entry too.
                 try? FileIO.syncDirectory(relative.lastIndex(of: "/").map { folder + "/" + relative[..<$0] } ?? folder)
@@ -174,18 +191,52 @@ public final class MarkdownTransport: Transport {
         }
     }
 
-    /// Appends all of `bytes` (one `write` unless the kernel takes less); false on an error.
+    /// Appends all of `bytes` (one `write` unless the kernel takes less); on an error, takes back what it
+    /// wrote of them and returns false.
     private static func append(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
             if count < 0 {
                 if errno == EINTR { continue }
+                takeBack(fd, count: offset)
                 return false
             }
             offset += count
         }
         return true
+    }
+
+    /// Cuts the last `count` bytes this descriptor appended off the note, unless another program has
+    /// appended since (its lines are kept; a retry then still finds no whole entry, and writes one).
+    private static func takeBack(_ fd: Int32, count: Int) {
+        guard count > 0 else { return }
+        let end = lseek(fd, 0, SEEK_CUR)  // after an O_APPEND write: the end of what it wrote
+        var status = stat()
+        guard end >= off_t(count), fstat(fd, &status) == 0, status.st_size == end else { return }
+        _ = ftruncate(fd, end - off_t(count))
+    }
+
+    /// Whether `note` holds `text`, byte for byte (each place its first byte is, found by `memchr`, compared
+    /// by `memcmp`).
+    static func holds(_ note: [UInt8], _ text: [UInt8]) -> Bool {
+        guard let first = text.first else { return true }
+        return note.withUnsafeBytes { note in
+            text.withUnsafeBytes { text in
+                guard let base = note.baseAddress, let wanted = text.baseAddress, note.count >= text.count else {
+                    return false
+                }
+                var offset = 0
+                let last = note.count - text.count
+                while offset <= last {
+                    guard let hit = memchr(base + offset, Int32(first), last - offset + 1) else { return false }
+                    let at = base.distance(to: UnsafeRawPointer(hit))
+                    if memcmp(base + at, wanted, text.count) == 0 { return true }
+                    offset = at + 1
+                }
+                return false
+            }
+        }
     }
 
     /// `strftime(pattern)` in local time.
