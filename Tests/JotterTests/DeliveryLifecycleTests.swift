@@ -258,6 +258,10 @@ import Testing
         #expect(throws: DeliveryLifecycle.Refusal.self) { try noWindow.cancel(now: Self.now) }
         var requeued = DeliveryLifecycle(status: .queued, attempts: 1, nextAttemptAt: Self.now + 5_000)
         #expect(throws: DeliveryLifecycle.Refusal.self, "attempted before: too late") { try requeued.cancel(now: Self.now) }
+        // `isInUndoWindow` says the same, for every status (a refusing relay holds only memos outside it).
+        #expect(accepted.isInUndoWindow(now: Self.now + 9_999) && !accepted.isInUndoWindow(now: Self.now + 10_000))
+        #expect(!noWindow.isInUndoWindow(now: Self.now) && !requeued.isInUndoWindow(now: Self.now))
+        #expect(Self.everyStatus.filter { $0.isInUndoWindow(now: .min) }.allSatisfy { $0.status == .queued })
     }
 
     @Test func onlyADeliveredOrCancelledMemoErasesItsBody() {

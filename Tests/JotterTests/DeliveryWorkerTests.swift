@@ -484,6 +484,36 @@ import Testing
         #expect(fixture.transport.messages.count == 1, "a failed memo waits for a person, not a timer")
     }
 
+    /// While the relay refuses, a memo written with an undo window stays queued until its window ends: its
+    /// sender can still take it back (it was held at once, and Undo answered "too late"). After the window
+    /// it is held like the rest.
+    @Test func aMemoInItsUndoWindowIsNotHeldWhileTheRelayRefuses() async throws {
+        let fixture = try Fixture(.fail(DeliveryFailure(.auth, permanent: true)))
+        defer { fixture.stop() }
+        let first = try await fixture.outbox.enqueue(MemoDraft(body: "finds the relay refusing")).id
+        #expect(TestServer.waitUntil(timeout: 30) { (try? fixture.record(first))??.status == .held })
+        let kept = try await fixture.outbox.enqueue(MemoDraft(body: "taken back", undoMilliseconds: 30_000)).id
+        let late = try await fixture.outbox.enqueue(MemoDraft(body: "left to go", undoMilliseconds: 30_000)).id
+        // A pump while both windows are open (a memo's wake-up pumped already; this one is certain).
+        let arms = fixture.scheduler.arms
+        fixture.worker.wake()
+        #expect(TestServer.waitUntil(timeout: 20) { fixture.scheduler.arms > arms })
+        #expect(try fixture.record(kept)?.status == .queued)
+        let cancelled = await withCheckedContinuation { continuation in
+            fixture.outbox.cancel(id: kept) { continuation.resume(returning: $0) }
+        }
+        guard case .success(.cancelled) = cancelled else {
+            Issue.record("Undo during the window: \(cancelled)")
+            return
+        }
+        // The other one's window ends: held with the reason, like the memos before it.
+        #expect(TestServer.waitUntil(timeout: 20) { fixture.scheduler.nextDeadline != nil })
+        fixture.scheduler.advance(milliseconds: 60_000)
+        #expect(TestServer.waitUntil(timeout: 30) { (try? fixture.record(late))??.status == .held })
+        #expect(try fixture.record(late)?.lastError == "auth")
+        #expect(fixture.transport.messages.map(\.id) == [first], "one failed login, nothing more")
+    }
+
     /// A wrong password (or a certificate that does not verify) is the relay's failure: one failed
     /// login stops the relay, every memo waits held with the reason, the relay is tried again with one
     /// memo on a slow schedule or at once on a Retry, and when it accepts, all go out.

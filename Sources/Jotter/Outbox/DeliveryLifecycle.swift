@@ -66,12 +66,16 @@ public struct DeliveryLifecycle: Sendable, Equatable {
     /// True when the memo's body is no longer needed (the store erases it).
     public var erasesBody: Bool { status == .sent || status == .cancelled }
 
-    /// Takes the memo back: only while it is queued, never attempted, and its undo window (which ends
-    /// at its first due time) is still open at `now`.
+    /// Whether its sender may still take it back at `now`: queued, never attempted, and its undo window
+    /// (which ends at its first due time) still open.
+    public func isInUndoWindow(now: Int64) -> Bool {
+        guard status == .queued, attempts == 0, let until = nextAttemptAt else { return false }
+        return now < until
+    }
+
+    /// Takes the memo back: only while `isInUndoWindow`.
     public mutating func cancel(now: Int64) throws(Refusal) {
-        guard status == .queued, attempts == 0, let until = nextAttemptAt, now < until else {
-            throw Refusal(transition: "cancel", from: status)
-        }
+        guard isInUndoWindow(now: now) else { throw Refusal(transition: "cancel", from: status) }
         status = .cancelled
         nextAttemptAt = nil
         lastError = nil

@@ -29,7 +29,8 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     /// The reason of the oldest memo held for one of `reasons`, if any (at start: the relay refused before).
     func heldReason(among reasons: Set<String>) throws -> String?
 
-    /// Holds every waiting (queued or retrying) memo with `reason`. Returns how many.
+    /// Holds every waiting (queued or retrying) memo with `reason`, but for those still in their undo
+    /// window (`DeliveryLifecycle.isInUndoWindow`). Returns how many.
     @discardableResult
     func holdWaiting(reason: String) throws -> Int
 

@@ -353,13 +353,17 @@ public final class Outbox: MessageOutbox {
         }
     }
 
-    /// Holds every waiting (queued or retrying) memo with `reason`: the relay refuses them all alike.
+    /// Holds every waiting (queued or retrying) memo with `reason`, the relay refusing them all alike; but
+    /// for those still in their undo window.
     @discardableResult
     public func holdWaiting(reason: String) throws -> Int {
+        let now = clock.nowMilliseconds()
         var held = 0
         for status in [DeliveryStatus.queued, .retrying] {
-            held += try transitionAll(in: status, durable: true) { lifecycle throws(DeliveryLifecycle.Refusal) in
-                try lifecycle.hold(reason: reason)
+            // A memo in its undo window stays queued, so its sender can still take it back; it is held at
+            // the first pump after its window ends, if the relay still refuses then.
+            held += try transitionAll(in: status, durable: true, matching: { !$0.isInUndoWindow(now: now) }) {
+                lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: reason)
             }
         }
         return held

@@ -310,8 +310,9 @@ public final class PostgresOutbox: MessageOutbox {
 
     @discardableResult
     public func holdWaiting(reason: String) throws -> Int {
-        try transitionAll(in: [.queued, .retrying]) { lifecycle throws(DeliveryLifecycle.Refusal) in
-            try lifecycle.hold(reason: reason)
+        let now = clock.nowMilliseconds()
+        return try transitionAll(in: [.queued, .retrying], matching: { !$0.isInUndoWindow(now: now) }) {
+            lifecycle throws(DeliveryLifecycle.Refusal) in try lifecycle.hold(reason: reason)
         }
     }
 
