@@ -608,6 +608,10 @@ extension TestServer {
                 + "Content-Length: 10000000000000000000\r\n\r\nmemo", 413, "too_large"),
             ("chunked twice in one header", post + host + "Transfer-Encoding: chunked, chunked" + chunked, 400,
              "bad_request"),
+            ("chunked with a trailing space", post + host + "Transfer-Encoding: chunked " + chunked, 400, "bad_request"),
+            ("chunked with a trailing tab", post + host + "Transfer-Encoding: chunked\t" + chunked, 400, "bad_request"),
+            ("empty Transfer-Encoding", post + host + "Transfer-Encoding:" + chunked, 400, "bad_request"),
+            ("Transfer-Encoding of spaces", post + host + "Transfer-Encoding:   " + chunked, 400, "bad_request"),
             ("Transfer-Encoding in HTTP/1.0", "POST /send HTTP/1.0\r\n" + host + "Transfer-Encoding: chunked"
                 + chunked, 400, "bad_request"),
             ("trailer fields", post + host + "Transfer-Encoding: chunked\r\n\r\n4\r\nmemo\r\n0\r\nX-After: 1\r\n\r\n",

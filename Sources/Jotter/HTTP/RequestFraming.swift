@@ -82,7 +82,13 @@ enum RequestFraming {
             return Router.finish(.error(501, code: "not_implemented",
                                         message: "Only the chunked transfer coding is supported."))
         }
-        if codings.count != 1 { return badRequest("Transfer-Encoding must be exactly chunked.") }
+        // libmicrohttpd decodes chunked only when the value is that word and nothing else: it keeps trailing
+        // spaces and tabs, and reads an empty value or `chunked ` as no coding at all, taking the rest of the
+        // connection for the body (no answer, and a request pipelined behind it swallowed). `value` is the
+        // value as it stores and compares it.
+        if codings.count != 1 || !value.caseInsensitiveEquals("chunked") {
+            return badRequest("Transfer-Encoding must be exactly chunked.")
+        }
         return nil
     }
 
