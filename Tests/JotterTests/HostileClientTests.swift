@@ -612,6 +612,10 @@ extension TestServer {
             ("chunked with a trailing tab", post + host + "Transfer-Encoding: chunked\t" + chunked, 400, "bad_request"),
             ("empty Transfer-Encoding", post + host + "Transfer-Encoding:" + chunked, 400, "bad_request"),
             ("Transfer-Encoding of spaces", post + host + "Transfer-Encoding:   " + chunked, 400, "bad_request"),
+            // A device that is not paired may GET the page; with a body it held memory bodies share.
+            ("GET with a body", "GET / HTTP/1.1\r\n" + host + "Content-Length: 4\r\n\r\nmemo", 400, "bad_request"),
+            ("GET with a chunked body", "GET /manifest.webmanifest HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked"
+                + chunked, 400, "bad_request"),
             ("Transfer-Encoding in HTTP/1.0", "POST /send HTTP/1.0\r\n" + host + "Transfer-Encoding: chunked"
                 + chunked, 400, "bad_request"),
             ("trailer fields", post + host + "Transfer-Encoding: chunked\r\n\r\n4\r\nmemo\r\n0\r\nX-After: 1\r\n\r\n",
@@ -630,6 +634,10 @@ extension TestServer {
             #expect(Peer.statusLines(bytes) == 1, "\(name): one answer")
             #expect(closed, "\(name): connection closed")
         }
+        // HEAD likewise (its answer has a status and no body).
+        let head = try Peer(port: server.port)
+        head.send("HEAD / HTTP/1.1\r\n" + host + "Content-Length: 4\r\n\r\nmemo")
+        #expect(RawHTTP.parse(head.readAll(timeout: 20).0)?.status == 400, "HEAD with a body")
         #expect(try server.storedCount() == 0)
         // The same server still serves an honest request.
         #expect(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")], body: Array("ok".utf8))

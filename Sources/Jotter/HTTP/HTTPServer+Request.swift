@@ -104,6 +104,7 @@ extension HTTPServer {
         MHD_get_connection_values_n(context.connection, .HEADER_KIND, jotterCollectValue, me)
         MHD_get_connection_values_n(context.connection, .GET_ARGUMENT_KIND, jotterCollectValue, me)
         context.head.headers = context.headers
+        context.head.method = context.method
         context.head.version = version.map { String(cString: $0) } ?? ""
         if RequestFraming.checksLayout, let method, let version, strlen(version) > 0 {
             // Where 0.9.75 parsed the request in place (see RequestFraming.layoutIsIntact).

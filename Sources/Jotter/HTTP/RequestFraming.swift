@@ -15,6 +15,7 @@ enum RequestFraming {
 
     /// A request head as libmicrohttpd parsed it, with what the adapter saw in the raw bytes.
     struct Head: Sendable {
+        var method = "GET"
         var version = "HTTP/1.1"
         var headers = HTTPHeaders()
         /// A header name that is not a token (whitespace before the colon, a folded line glued to it).
@@ -67,6 +68,11 @@ enum RequestFraming {
             }
             // Digits beyond Int's range are a length beyond any cap, not a malformed one.
             guard let value = Int(length), value <= maxBodyBytes else { return tooLarge(maxBodyBytes) }
+        }
+        // No GET or HEAD here takes a body. Refused before any of the memory bodies share is set aside for
+        // one: a device that is not paired may GET the page, and with a body it could hold that memory.
+        if head.method == "GET" || head.method == "HEAD", encoding != nil || (length.flatMap { Int($0) } ?? 0) > 0 {
+            return badRequest("A GET or HEAD request has no body.")
         }
         return nil
     }
