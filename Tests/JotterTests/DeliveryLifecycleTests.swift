@@ -146,6 +146,15 @@ import Testing
         #expect(lifecycle.nextAttemptAt == Self.now + 10, "due at once when the relay answers")
         try lifecycle.relayAnswers(now: Self.now + 5000)
         #expect(lifecycle.nextAttemptAt == Self.now + 10, "a retry already due stays as it was")
+        // A wait the relay asked for, or one for a mail server that took a memo and never answered (it may
+        // still arrive), is not cut short; one for a failure the outage explains is.
+        for (kind, keeps) in [(DeliveryFailure.Kind.rateLimited, true), (.noReply, true), (.relayPending, true),
+                              (.mailboxFull, true), (.timeout, false), (.network, false), (.serverError, false)] {
+            var waiting = DeliveryLifecycle(status: .retrying, attempts: 1, backoffStep: 1,
+                                            nextAttemptAt: Self.now + 3_600_000, lastError: kind.rawValue)
+            try waiting.relayAnswers(now: Self.now)
+            #expect(waiting.nextAttemptAt == (keeps ? Self.now + 3_600_000 : Self.now), "\(kind)")
+        }
     }
 
     @Test func failureKindsAreTheNamesHistoryShows() {

@@ -37,6 +37,16 @@ public struct DeliveryFailure: Error, Sendable, Equatable {
     /// A Jotter relay has the memo: not a failure of this composer's, and asked about again soon.
     public var isAtTheRelay: Bool { kind == .relayPending || kind == .relayHeld }
 
+    /// Whether a retry after a failure of `kind` waits for something besides the relay's return: the relay
+    /// asked for the wait (`Retry-After`, a Jotter relay holding the memo), the mail may still arrive
+    /// (`no_reply`), or the mailbox must make room. The relay answering again does not cut it short.
+    public static func waitOutlastsAnOutage(_ kind: String?) -> Bool {
+        switch kind.flatMap(Kind.init(rawValue:)) {
+        case .rateLimited, .noReply, .relayPending, .relayHeld, .mailboxFull: return true
+        default: return false
+        }
+    }
+
     /// The failure's kind.
     public var kind: Kind
     /// True when retrying cannot help until something changes (credentials, the message, the configuration).

@@ -129,9 +129,11 @@ public struct DeliveryLifecycle: Sendable, Equatable {
         lastError = failure.kind.rawValue
     }
 
-    /// The relay answers again: a waiting retry is due now.
+    /// The relay answers again: a waiting retry is due now, unless its wait was for more than the relay
+    /// (`DeliveryFailure.waitOutlastsAnOutage`: a `Retry-After`, a mail server that never answered).
     public mutating func relayAnswers(now: Int64) throws(Refusal) {
         try expect(.retrying, "relayAnswers")
+        if DeliveryFailure.waitOutlastsAnOutage(lastError) { return }
         if let at = nextAttemptAt, at > now { nextAttemptAt = now }
     }
 
