@@ -154,6 +154,41 @@ import Testing
         #expect(looked[mine] == false, "this process's memo is not, though dated before the start")
     }
 
+    /// A memo the relay took while another found it unreachable: its `sent` could not be written then (the
+    /// database was locked), and the worker went offline. Once the database takes writes again, the outcome
+    /// is written while the relay is still away — it waited for the relay's return, and a restart meanwhile
+    /// would have sent the memo again.
+    @Test func anOutcomeTheDatabaseRefusedIsWrittenWhileTheRelayIsAway() async throws {
+        let directory = TemporaryDirectory()
+        let scheduler = ManualScheduler()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: SymmetricKey.random(), clock: scheduler.clock)
+        defer { outbox.close() }
+        let gated = GatedQueue(outbox)
+        let transport = SplitTransport()
+        let worker = try DeliveryWorker.started(outbox: outbox, queue: gated, transport: transport, scheduler: scheduler)
+        defer { worker.stop() }
+        let proof = try await outbox.enqueue(MemoDraft(body: "arrives, and proves the relay")).id
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: proof))??.status == .sent })
+        // Both memos are claimed by one pump, in two slots: while claims fail, they gather.
+        gated.claimsFail.withLock { $0 = true }
+        let taken = try await outbox.enqueue(MemoDraft(body: "arrives")).id
+        let lost = try await outbox.enqueue(MemoDraft(body: "finds the relay unreachable")).id
+        #expect(TestServer.waitUntil(timeout: 20) { gated.claims.withLock { $0 } >= 2 && scheduler.nextDeadline != nil })
+        gated.claimsFail.withLock { $0 = false }
+        gated.writesFail.withLock { $0 = true }
+        scheduler.advance(milliseconds: 60_000)
+        #expect(TestServer.waitUntil(timeout: 20) { gated.failedWrites.withLock { $0 } >= 2 })
+        #expect(TestServer.waitUntil(timeout: 20) { if case .offline = worker.relayState { true } else { false } })
+        #expect(transport.sent.withLock { $0 } == [proof, taken])
+        #expect(try outbox.history.record(id: taken)?.status == .sending, "its outcome is not written yet")
+        gated.writesFail.withLock { $0 = false }
+        scheduler.advance(milliseconds: DeliveryWorker.unrecordedRetryMilliseconds)
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: taken))??.status == .sent },
+                "written while the relay is away")
+        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: lost))??.status == .retrying })
+        #expect(worker.relayState != .ok, "the relay is still away")
+    }
+
     /// A send slower than its lease (a long `?timeout=`): its memo is due again for a claim, but a worker
     /// does not claim what it is still sending, so the timer waits a second between looks — it was re-armed
     /// every millisecond, a core busy with claims until the send ended.
@@ -666,6 +701,20 @@ private final class LockingTransport: Transport, @unchecked Sendable {
 /// An `Outbox` as the delivery worker sees it, whose recording of outcomes (the `transition` calls) can be
 /// held at a gate: a test then acts while the worker is between a send and its bookkeeping. Everything else
 /// is passed straight through.
+/// Delivers a memo unless its body says it finds the relay unreachable; the relay never answers a probe.
+final class SplitTransport: Transport {
+    /// The ids delivered, in order.
+    let sent = Mutex<[String]>([])
+
+    func send(_ message: MailMessage) throws(DeliveryFailure) -> DeliveryReceipt {
+        if message.body.contains("unreachable") { throw DeliveryFailure(.unreachable, permanent: false) }
+        sent.withLock { $0.append(message.id) }
+        return DeliveryReceipt()
+    }
+
+    func probe() -> Bool { false }
+}
+
 final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `waiting` only under `condition`
     private let outbox: Outbox
     private let condition = NSCondition()
@@ -705,6 +754,15 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
     /// While set, claims fail as on a full or read-only disk; `claims` counts them, failed or not.
     let claimsFail = Mutex(false)
     let claims = Mutex(0)
+    /// While set, recordings (outcomes) fail as on a database another process holds locked; counted.
+    let writesFail = Mutex(false)
+    let failedWrites = Mutex(0)
+
+    private func refuseWriteIfAsked() throws {
+        guard writesFail.withLock({ $0 }) else { return }
+        failedWrites.withLock { $0 += 1 }
+        throw DatabaseError(code: 5, message: "database is locked")
+    }
 
     func claimDue(limit: Int, maxBytes: Int, leaseMilliseconds: Int64, excluding: Set<String>) throws -> [ClaimedMessage] {
         claims.withLock { $0 += 1 }
@@ -717,6 +775,7 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
                     _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
         -> DeliveryLifecycle? {
         pass()
+        try refuseWriteIfAsked()
         return try outbox.transition(id: id, durable: durable, decide)
     }
 
@@ -724,6 +783,7 @@ final class GatedQueue: DeliveryQueue, @unchecked Sendable {  // `closed` and `w
                     _ decide: (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) throws
         -> [String: DeliveryLifecycle] {
         pass()
+        try refuseWriteIfAsked()
         return try outbox.transition(ids: ids, durable: durable, decide)
     }
 

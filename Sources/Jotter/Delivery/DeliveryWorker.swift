@@ -282,12 +282,15 @@ public final class DeliveryWorker: @unchecked Sendable {
         let now = clock.nowMilliseconds(), tick = clock.monotonicMilliseconds()
         let arrived = arrivedWhileBusy.exchange(0, ordering: .relaxed)
         if arrived != 0, gatheringSince == nil { gatheringSince = arrived }  // a stream: gather the next batch
+        // Outcomes the disk refused go first, offline too: a memo the relay took before it went away must
+        // not wait for the relay's return to be recorded (a restart meanwhile would send it again).
+        let recorded = recordPendingOutcomes()
         if offline {
             coverage.store(Coverage.pumpArmed.rawValue, ordering: .releasing)
-            probeIfDue(tick: tick)
+            probeIfDue(tick: tick, soonest: recorded ? nil : Self.unrecordedRetryMilliseconds)
             return
         }
-        if !recordPendingOutcomes() {
+        if !recorded {
             // Still not writable: claims would fail too; try again shortly.
             timer?.arm(afterMilliseconds: Self.unrecordedRetryMilliseconds)
             return
@@ -480,6 +483,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                     test = try outbox.claimDue(limit: 1, maxBytes: .max, leaseMilliseconds: configuration.leaseMilliseconds,
                                                excluding: held)
                 }
+                outbox.noteDeliveryWrite(failedWith: nil)
                 if let message = test.first {
                     logger.notice("testing the refusing relay with one memo", metadata: ["message.id": message.id])
                     send([message])
@@ -487,6 +491,7 @@ public final class DeliveryWorker: @unchecked Sendable {
                     retestAt = tick + configuration.refusedRetestMilliseconds
                 }
             } catch {
+                outbox.noteDeliveryWrite(failedWith: error)
                 logger.error("relay test failed to start", metadata: ["error.kind": Self.kind(of: error)])
                 retestAt = tick + Self.unrecordedRetryMilliseconds
             }
@@ -494,8 +499,10 @@ public final class DeliveryWorker: @unchecked Sendable {
             // (A queue shared with other nodes is left alone: they may well be able to deliver it.)
             do {
                 let held = try outbox.holdWaiting(reason: kind)
+                outbox.noteDeliveryWrite(failedWith: nil)
                 if held > 0 { logger.notice("memos held while the relay refuses", metadata: ["count": "\(held)", "reason": kind]) }
             } catch {
+                outbox.noteDeliveryWrite(failedWith: error)
                 logger.error("holding memos failed", metadata: ["error.kind": Self.kind(of: error)])
             }
         }
@@ -554,7 +561,9 @@ public final class DeliveryWorker: @unchecked Sendable {
     }
 
     /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
-    private func probeIfDue(tick: Int64) {
+    /// Probes the unreachable relay when a probe is due, and arms the timer for the next (or within
+    /// `soonest` milliseconds, when something else must be tried again before then).
+    private func probeIfDue(tick: Int64, soonest: Int64? = nil) {
         dispatchPrecondition(condition: .onQueue(control))
         let dueAt = lastProbe + configuration.offlineProbeMilliseconds
         if !probing && tick >= dueAt {
@@ -579,7 +588,7 @@ public final class DeliveryWorker: @unchecked Sendable {
             }
         }
         let wait = max(1, (probing ? tick : lastProbe) + configuration.offlineProbeMilliseconds - tick)
-        timer?.arm(afterMilliseconds: wait)
+        timer?.arm(afterMilliseconds: min(wait, soonest ?? wait))
     }
 
     private func goOffline() {
