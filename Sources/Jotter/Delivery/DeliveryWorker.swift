@@ -759,10 +759,14 @@ public final class DeliveryWorker: @unchecked Sendable {
     private func record(_ id: String, durable: Bool = true,
                         _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void)
         -> DeliveryLifecycle? {
+        // Out of `settling` only once written (or refused): kept, it stays there without a gap in which a
+        // pump could claim it again (its lease run out during a long send).
         do {
-            defer { settling.withLock { _ = $0.remove(id) } }
-            return try outbox.transition(id: id, durable: durable, decide)
+            let after = try outbox.transition(id: id, durable: durable, decide)
+            settling.withLock { _ = $0.remove(id) }
+            return after
         } catch is DeliveryLifecycle.Refusal {
+            settling.withLock { _ = $0.remove(id) }
             return nil
         } catch {
             keep([id], durable: durable, decide, error: error)
@@ -774,8 +778,8 @@ public final class DeliveryWorker: @unchecked Sendable {
     private func record(_ ids: [String], durable: Bool,
                         _ decide: @escaping @Sendable (inout DeliveryLifecycle) throws(DeliveryLifecycle.Refusal) -> Void) {
         do {
-            defer { settling.withLock { settling in ids.forEach { settling.remove($0) } } }
             try outbox.transition(ids: ids, durable: durable, decide)
+            settling.withLock { settling in ids.forEach { settling.remove($0) } }
         } catch {
             keep(ids, durable: durable, decide, error: error)
         }
