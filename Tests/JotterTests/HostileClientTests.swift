@@ -873,12 +873,14 @@ extension TestServer {
     /// A request still waiting for its handler when the server stops (say `POST /destination` waiting on
     /// an unreachable relay) is answered `503 stopping`, and the process lives on: libmicrohttpd 0.9.75
     /// aborts the whole process when it is stopped with a connection asleep. A request whose handler
-    /// answers during the drain gets that answer, and a handler answering after the stop reaches nobody.
+    /// answers during the drain gets that answer, and a handler answering after the stop reaches nobody —
+    /// but a memo it stored after all is named in the log, and the 503 says it may have been.
     @Test func aRequestStillWaitingForItsHandlerIsAnswered503AndTheProcessLivesOn() throws {
         let pending = Mutex<[String: @Sendable (HTTPResponse) -> Void]>([:])
         var configuration = HTTPServer.Configuration()
         configuration.port = 0
-        let server = HTTPServer(configuration: configuration) { request, respond in
+        let sink = LogSink.memory()
+        let server = HTTPServer(configuration: configuration, logger: Logger(label: "http", sink: sink)) { request, respond in
             if request.path == "/never" || request.path == "/later" {
                 pending.withLock { $0[request.path] = respond }
             } else {
@@ -904,12 +906,16 @@ extension TestServer {
         let refused = waiting.response(timeout: 20)
         #expect(refused?.status == 503)
         #expect(refused?.errorCode == "stopping")
+        #expect(refused?.text.contains("may have been carried out") == true, "\(refused?.text ?? "")")
         #expect(refused?.header("Retry-After") == "5")
         #expect(stopped.wait(timeout: .now() + 30) == .success, "stop returned")
         #expect(server.parking.count == 0)
         // The first handler answers only now, after the daemon is gone: nothing to wake, nothing breaks.
         let never = try #require(pending.withLock { $0["/never"] })
-        never(HTTPResponse(status: 204))
+        never(HTTPResponse(status: 204, messageID: "0199a1b2-late-stored"))
+        #expect(sink.captured.contains("stored after the stopping server answered 503 message.id=0199a1b2-late-stored"),
+                "\(sink.captured)")
+        #expect(sink.captured.components(separatedBy: "stored after the stopping").count == 2, "only that one")
     }
 }
 

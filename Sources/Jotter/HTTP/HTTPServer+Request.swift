@@ -201,7 +201,13 @@ extension HTTPServer {
                                       headers: context.headers, body: context.body,
                                       remoteAddress: address ?? Self.clientAddress(context.connection))
             context.body = []
-            handler(request) { [reply = context.reply] response in reply.complete(response) }
+            handler(request) { [reply = context.reply, logger] response in
+                // Answered `503 stopping` meanwhile, yet carried out: a memo stored after all is named, so its
+                // sender's second copy (sent without an Idempotency-Key) can be told apart.
+                if reply.complete(response), let messageID = response.messageID {
+                    logger.notice("stored after the stopping server answered 503", metadata: ["message.id": messageID])
+                }
+            }
             // Not suspended yet, on purpose: libmicrohttpd suspends a connection with the event it last
             // waited for, here "read", and reads first when it resumes; a client that half-closed after
             // its request (shutdown(SHUT_WR)) then reads as gone, and its answer was dropped. Returned
@@ -240,8 +246,9 @@ extension HTTPServer {
 
     /// `503` with `Retry-After`: the server is stopping before the handler answered.
     static var stopping: HTTPResponse {
-        var response = HTTPResponse.error(503, code: "stopping",
-                                          message: "The server is stopping; try again when it is back.")
+        var response = HTTPResponse.error(503, code: "stopping", message: "The server stopped before its answer "
+            + "was ready; the request may have been carried out (a memo stored): send it again, with the same "
+            + "Idempotency-Key, when the server is back.")
         response.headers.add(name: "Retry-After", value: "5")
         response.headers.add(name: "Connection", value: "close")
         return Router.finish(response)

@@ -118,7 +118,8 @@ final class RequestContext {
     final class Reply: Sendable {
         private let connection: Connection
         private let parking: Parking
-        private let state = Mutex<(response: HTTPResponse?, messageID: String?, suspended: Bool)>((nil, nil, false))
+        private let state = Mutex<(response: HTTPResponse?, messageID: String?, suspended: Bool, interrupted: Bool)>(
+            (nil, nil, false, false))
 
         init(connection: Connection, parking: Parking) {
             self.connection = connection
@@ -126,11 +127,14 @@ final class RequestContext {
         }
 
         /// Called by the handler, on any thread: store the answer and wake the connection if it sleeps.
-        func complete(_ response: HTTPResponse) {
+        /// True when a stopping server already answered in the handler's stead (this answer goes nowhere).
+        @discardableResult
+        func complete(_ response: HTTPResponse) -> Bool {
             state.withLock { state in
                 state.response = response
                 state.messageID = response.messageID
                 if state.suspended { wake(&state) }
+                return state.interrupted
             }
         }
 
@@ -140,11 +144,12 @@ final class RequestContext {
             state.withLock { state in
                 guard state.suspended else { return }
                 state.response = response
+                state.interrupted = true
                 wake(&state)
             }
         }
 
-        private func wake(_ state: inout (response: HTTPResponse?, messageID: String?, suspended: Bool)) {
+        private func wake(_ state: inout (response: HTTPResponse?, messageID: String?, suspended: Bool, interrupted: Bool)) {
             state.suspended = false
             parking.unpark(self)
             MHD_resume_connection(connection.pointer)
@@ -156,7 +161,10 @@ final class RequestContext {
             state.withLock { state in
                 if let response = state.response.take() { return response }
                 if suspending {
-                    guard parking.park(self) else { return stopping() }
+                    guard parking.park(self) else {
+                        state.interrupted = true
+                        return stopping()
+                    }
                     MHD_suspend_connection(connection.pointer)
                     state.suspended = true
                 }
