@@ -180,6 +180,20 @@ import Testing
         #expect(relay.emails.count == 1)
     }
 
+    /// On a Jotter relay each message has its own recipient: a `422` for one address the API will not take
+    /// fails that message alone (a device asking a code for such an address held every code mail of the
+    /// relay, again at every retest). A 422 naming `from` is still the configuration's.
+    @Test func aValidationErrorForAMessagesOwnRecipientFailsThatMessageOnly() {
+        let recipient = Array(#"{"name":"validation_error","message":"Invalid `to` field."}"#.utf8)
+        let own = ResendTransport.failure(status: 422, body: recipient, retryAfter: nil, recipientIsFixed: false)
+        #expect(own.kind == .rejected && own.isPermanent && !own.refusesTheRelay)
+        let sender = Array(#"{"name":"validation_error","message":"Invalid `from` field."}"#.utf8)
+        let configured = ResendTransport.failure(status: 422, body: sender, retryAfter: nil, recipientIsFixed: false)
+        #expect(configured.kind == .configuration && configured.refusesTheRelay)
+        let fixed = ResendTransport.failure(status: 422, body: recipient, retryAfter: nil)
+        #expect(fixed.kind == .configuration, "the configuration's to= is the configuration's")
+    }
+
     /// A `422` (a from= the key may not send from) is the configuration's: every memo waits, held, with one
     /// request made; /healthz says the relay refuses and what to check; a fixed configuration sends them all.
     @Test func aRequestTheAPIWillNotProcessHoldsEveryMemoAndSaysWhatToCheck() throws {

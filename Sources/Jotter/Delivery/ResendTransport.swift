@@ -47,13 +47,18 @@ public struct ResendTransport: Transport {
                 body: Self.requestBody(message), caFile: settings.caFile, timeoutSeconds: settings.timeoutSeconds,
                 clock: clock)
             if (200..<300).contains(answer.status) { return DeliveryReceipt() }
-            throw Self.failure(status: answer.status, body: answer.body, retryAfter: answer.retryAfterMilliseconds)
+            throw Self.failure(status: answer.status, body: answer.body, retryAfter: answer.retryAfterMilliseconds,
+                               recipientIsFixed: !message.onBehalfOfRecipient)
         }
     }
 
     /// The documented meanings: 429 and 5xx and a concurrent-idempotency 409 are worth retrying;
     /// 401/403 (key), 422 (validation), other 4xx and an idempotency-mismatch 409 are not.
-    static func failure(status: Int, body: [UInt8], retryAfter: Int64?) -> DeliveryFailure {
+    ///
+    /// `recipientIsFixed`: the recipient is the configuration's `to=`. On a Jotter relay it is each message's
+    /// own (`MailMessage.onBehalfOfRecipient`), and a 422 that does not name `from` is that message's: an
+    /// address the API will not take must fail its own message, not hold the relay's mail for everyone.
+    static func failure(status: Int, body: [UInt8], retryAfter: Int64?, recipientIsFixed: Bool = true) -> DeliveryFailure {
         switch status {
         case 429: return DeliveryFailure(.rateLimited, permanent: false, retryAfterMilliseconds: retryAfter)
         case 500..<600: return DeliveryFailure(.serverError, permanent: false, retryAfterMilliseconds: retryAfter)
@@ -70,6 +75,8 @@ public struct ResendTransport: Transport {
         // request the API will not process, an address it does not serve, a redirect away from it fail
         // every memo alike. They wait, held, as an SMTP server's refusal of MAIL FROM holds them — failed
         // one by one, each needed its own Retry once the configuration was mended, and /healthz said ok.
+        case 422 where !recipientIsFixed && !String(decoding: body.prefix(4096), as: UTF8.self).contains("from"):
+            return DeliveryFailure(.rejected, permanent: true)
         case 422:
             return configuration("the mail API refuses the request's fields (\(status)): check from=, to= and "
                                  + "that this key may send from that address")
