@@ -275,6 +275,26 @@ import Testing
         #expect(budget.reserved == 0)
         budget.trimIfIdle()
     }
+
+    /// One client (an address, a /64) holds at most its share: sixteen connections announcing 2 MiB each
+    /// from one address held a relay's whole budget. This machine's own clients are not counted apart.
+    @Test func oneClientHoldsAtMostItsShareOfTheBodyBudget() {
+        let budget = BodyBudget(limit: 1000, perClient: 300)
+        let stranger = ConnectionRegistry.client(address: "2001:db8:0:1::5")
+        #expect(budget.reserve(200, client: stranger))
+        #expect(!budget.reserve(101, client: ConnectionRegistry.client(address: "2001:db8:0:1:ffff::7")),
+                "the same /64: past its share")
+        #expect(budget.reserved == 200 && budget.reserved(by: stranger) == 200, "a refusal holds nothing")
+        #expect(budget.reserve(100, client: stranger))
+        #expect(budget.reserve(300, client: "192.0.2.1"), "another client has a share of its own")
+        #expect(budget.reserve(400, client: ConnectionRegistry.client(address: "127.0.0.1")), "this machine: no share")
+        #expect(budget.reserved == 1000)
+        #expect(!budget.reserve(1, client: "192.0.2.2"), "the whole is spent")
+        #expect(budget.reserved(by: "192.0.2.2") == 0, "a refusal by the whole takes nothing from the share")
+        budget.release(300, client: stranger)
+        #expect(budget.reserved(by: stranger) == 0)
+        #expect(budget.reserve(300, client: stranger), "its share back")
+    }
 }
 
 // MARK: Raw sockets

@@ -6,6 +6,38 @@ import Testing
 /// through an HTTP mail API (the scripted Resend stand-in) with the message id as its
 /// `Idempotency-Key`, and logs that hold no content. On both stores, SQLite and PostgreSQL.
 @Suite(.holdingSharedPostgres) struct RelayLiveTests {
+    /// A body is judged on the request's head, before memory is set aside for it: only a message with
+    /// credentials may be large. Anyone could announce 2 MiB on `POST /v1/devices` and hold it (sixteen such
+    /// held the relay's whole budget, every message answered `503 busy`); now that is `413` at once, and a
+    /// message without credentials `401` at once, both without waiting for a byte of the body.
+    @Test func aLargeBodyIsRefusedOnItsHeadUnlessItIsAMessageWithCredentials() throws {
+        let directory = TemporaryDirectory()
+        let relay = try RelayServer(dataDirectory: directory.file("relay"))
+        defer { relay.stop() }
+        let host = "Host: 127.0.0.1:\(relay.port)\r\n"
+        func answer(_ head: String) throws -> RawHTTP.Response? {
+            let peer = try Peer(port: relay.port)
+            peer.send(head)
+            return peer.response(timeout: 20)
+        }
+        let announced = "Content-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{"
+        let devices = try answer("POST /v1/devices HTTP/1.1\r\n" + host + announced)
+        #expect(devices?.status == 413 && devices?.errorCode == "too_large")
+        let chunked = try answer("POST /v1/destinations HTTP/1.1\r\n" + host
+            + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n")
+        #expect(chunked?.status == 413)
+        let anonymous = try answer("POST /v1/messages HTTP/1.1\r\n" + host + announced)
+        #expect(anonymous?.status == 401 && anonymous?.errorCode == "missing_credentials")
+        #expect(anonymous?.header("WWW-Authenticate") == "Bearer")
+        // What fits is still served: a registration with a small body, a message with its credentials.
+        let (_, secret) = try relay.register()
+        let proposed = "jrs_" + String(repeating: "A", count: 43)
+        #expect(try relay.request("POST", "/v1/devices", ["secret": proposed]).status == 201, "a small body")
+        let address = "me@example.com"
+        try relay.verify(secret, address)
+        #expect(try relay.send(secret, to: address, body: String(repeating: "x", count: 100_000)).status == 202)
+    }
+
     @Test(arguments: RelayStoreKind.available)
     func overASocketWithLimitsInTheHeaders(store kind: RelayStoreKind) throws {
         let store = try RelayTestStore(kind)

@@ -9,27 +9,53 @@ import Synchronization
 /// grows; what does not fit is refused with `503` and `Retry-After`. A request gives its reservation
 /// back when it ends. After a burst the freed memory sits in glibc's free lists, where RSS still counts
 /// it, so `trimIfIdle` hands it back to the system once the budget is nearly unused again.
+///
+/// One client (an address, an IPv6 /64: `ConnectionRegistry.client(address:)`) may hold at most `perClient`
+/// of it: sixteen connections each announcing a 2 MiB body held a relay's whole budget, every other
+/// client's request answered `503 busy`. This machine's own clients (the page here, scripts, a proxy on
+/// loopback) are not counted apart.
 final class BodyBudget: Sendable {
     /// Bytes that may be reserved at once.
     let limit: Int
+    /// Bytes one client other than this machine may hold at once.
+    let perClient: Int
     private let used = Atomic<Int>(0)
     /// The most reserved at once since the last trim.
     private let peak = Atomic<Int>(0)
+    /// What each client holds (those holding anything; never this machine).
+    private let held = Mutex<[String: Int]>([:])
 
-    /// A budget of `limit` bytes.
-    init(limit: Int) {
+    /// A budget of `limit` bytes, of which one client may hold `perClient`.
+    init(limit: Int, perClient: Int? = nil) {
         self.limit = limit
+        self.perClient = min(perClient ?? limit, limit)
     }
 
     /// Bytes reserved now.
     var reserved: Int { used.load(ordering: .relaxed) }
 
-    /// Reserves `bytes`; false (and nothing reserved) if they do not fit.
-    func reserve(_ bytes: Int) -> Bool {
+    /// Bytes `client` holds now.
+    func reserved(by client: String) -> Int { held.withLock { $0[client] ?? 0 } }
+
+    /// Reserves `bytes` for `client`; false (and nothing reserved) if they do not fit its share or the whole.
+    func reserve(_ bytes: Int, client: String = BodyBudget.thisMachine) -> Bool {
         guard bytes > 0 else { return true }
+        let counted = client != Self.thisMachine && perClient < limit
+        if counted {
+            let fits = held.withLock { held in
+                let now = held[client] ?? 0
+                guard now + bytes <= perClient else { return false }
+                held[client] = now + bytes
+                return true
+            }
+            guard fits else { return false }
+        }
         var current = used.load(ordering: .relaxed)
         while true {
-            guard current + bytes <= limit else { return false }
+            guard current + bytes <= limit else {
+                if counted { give(bytes, back: client) }
+                return false
+            }
             let (exchanged, original) = used.compareExchange(expected: current, desired: current + bytes,
                                                              ordering: .relaxed)
             if exchanged {
@@ -40,11 +66,22 @@ final class BodyBudget: Sendable {
         }
     }
 
-    /// Gives back `bytes` reserved earlier.
-    func release(_ bytes: Int) {
+    /// Gives back `bytes` reserved earlier for `client`.
+    func release(_ bytes: Int, client: String = BodyBudget.thisMachine) {
         guard bytes > 0 else { return }
+        if client != Self.thisMachine && perClient < limit { give(bytes, back: client) }
         used.subtract(bytes, ordering: .relaxed)
     }
+
+    private func give(_ bytes: Int, back client: String) {
+        held.withLock { held in
+            let left = (held[client] ?? 0) - bytes
+            held[client] = left > 0 ? left : nil
+        }
+    }
+
+    /// The client key of this machine's own connections (`ConnectionRegistry.client(address:)`).
+    static let thisMachine = "this machine"
 
     /// Returns freed heap memory to the system (`malloc_trim`) if bodies filled more than a megabyte since
     /// the last time and now hold less than a sixteenth of that. Cheap to call often.

@@ -127,6 +127,11 @@ final class ConnectionRegistry: Sendable {
         state.withLock { $0.records[id]?.address }
     }
 
+    /// The client the connection counts for (`client(address:)`; nil if the connection is unknown).
+    func client(_ id: Int) -> String? {
+        state.withLock { $0.records[id]?.client }
+    }
+
     /// The request is complete and being answered: it is never closed here until it ends. Returns the
     /// peer's address as given at `opened`, and whether this is the connection's first request.
     @discardableResult
@@ -237,7 +242,7 @@ final class ConnectionRegistry: Sendable {
     /// The client a peer address belongs to, for the limits: this machine (all of 127.0.0.0/8, ::1 and
     /// their IPv4-mapped forms) is one client, an IPv4 address is one, an IPv6 address counts by its /64.
     static func client(address: String) -> String {
-        if Loopback.contains(address: address) { return "this machine" }
+        if Loopback.contains(address: address) { return BodyBudget.thisMachine }
         var address = address
         if address.lowercased().hasPrefix("::ffff:") && address.contains(".") { address = String(address.dropFirst(7)) }
         guard address.contains(":") else { return address }

@@ -126,8 +126,11 @@ extension HTTPServer {
                                        ?? Self.clientAddress(context.connection))
             if let refusal = admission(head) { return queue(refusal, context) }
         }
+        if length > 0 || context.headers["Transfer-Encoding"] != nil {
+            context.budgetClient = registry.client(context.connectionID) ?? BodyBudget.thisMachine
+        }
         if length > 0 {
-            guard bodyBudget.reserve(length) else { return queue(Self.busy, context) }
+            guard bodyBudget.reserve(length, client: context.budgetClient) else { return queue(Self.busy, context) }
             context.reservedBytes = length
             context.body.reserveCapacity(length)
         }
@@ -144,7 +147,7 @@ extension HTTPServer {
         } else if context.discarded == 0 && needed > context.reservedBytes {
             // A chunked body: reserve as it grows, doubling, up to the cap.
             let target = min(max(needed, 2 * context.reservedBytes, 16 * 1024), configuration.maxBodyBytes)
-            if bodyBudget.reserve(target - context.reservedBytes) {
+            if bodyBudget.reserve(target - context.reservedBytes, client: context.budgetClient) {
                 context.reservedBytes = target
                 context.body.reserveCapacity(target)
             } else {
@@ -165,7 +168,7 @@ extension HTTPServer {
 
     private func dropBody(_ context: RequestContext) {
         context.body = []
-        bodyBudget.release(context.reservedBytes)
+        bodyBudget.release(context.reservedBytes, client: context.budgetClient)
         context.reservedBytes = 0
         context.discarded = max(context.discarded, 1)
     }
@@ -295,7 +298,7 @@ extension HTTPServer {
     /// the memo can be found when the client, having had no answer, sends it again.
     func completed(_ context: RequestContext, reason: MHD_RequestTerminationCode) {
         if context.headersSeen { activeRequests.subtract(1, ordering: .releasing) }
-        bodyBudget.release(context.reservedBytes)
+        bodyBudget.release(context.reservedBytes, client: context.budgetClient)
         context.reservedBytes = 0
         let now = monotonicNanoseconds()
         registry.requestEnded(context.connectionID, now: now)

@@ -155,7 +155,8 @@ public final class HTTPServer: Sendable {
             perClient: max(configuration.perIPConnectionLimit, 16), total: max(configuration.connectionLimit, 1),
             headerTimeout: UInt64(max(configuration.headerTimeoutSeconds, 1)) * 1_000_000_000,
             requestTimeout: UInt64(max(configuration.requestTimeoutSeconds, 1)) * 1_000_000_000))
-        bodyBudget = BodyBudget(limit: max(configuration.bodyMemoryBytes, configuration.maxBodyBytes))
+        let bodyMemory = max(configuration.bodyMemoryBytes, configuration.maxBodyBytes)
+        bodyBudget = BodyBudget(limit: bodyMemory, perClient: max(bodyMemory / 8, configuration.maxBodyBytes))
     }
 
     deinit {

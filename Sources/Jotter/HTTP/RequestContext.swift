@@ -34,6 +34,8 @@ final class RequestContext {
     var overBudget = false
     /// Bytes of the `BodyBudget` this request holds.
     var reservedBytes = 0
+    /// Whom `reservedBytes` count for (`BodyBudget`'s per-client share).
+    var budgetClient = BodyBudget.thisMachine
     var status = 0
     var route: String?
     /// The handler's answer, which may come from any thread.

@@ -97,7 +97,16 @@ public final class RelayApplication: Sendable {
             router.handle(forwarded, respond: respond)
         }
         self.handler = handler
-        server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), handler: handler)
+        // Judged on a request's head, before its body is read (and memory set aside for it): see `bodyRefusal`.
+        let admission: HTTPServer.Admission = { head in
+            var refused: HTTPResponse?
+            guard let head = RequestPath.normalized(head, refuse: { refused = $0.response }) else {
+                return refused.map { router.finish($0) }
+            }
+            return (Self.refusal(for: head) ?? Self.bodyRefusal(head)).map { router.finish($0) }
+        }
+        server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), admission: admission,
+                            handler: handler)
         let worker = worker
         outbox.setOnAccepted { worker.wake() }
         service.setOnRequeued { worker.wake() }
@@ -182,6 +191,31 @@ public final class RelayApplication: Sendable {
     /// The relay's API is for programs (a composer, a script), never for a page in a browser: a request
     /// a browser made for a page (it carries `Origin`, or `Sec-Fetch-Site` other than `none`) is refused
     /// before routing, so no web page can register devices or spend a device's limits.
+    /// The largest body of a request other than a message: a device's registration, an address, a code.
+    static let smallBodyBytes = 16 * 1024
+
+    /// Before a body is read: only a message (`POST /v1/messages`, with a device's credentials) may be
+    /// large; any other body is a few fields of JSON, and one larger (or chunked) is `413` at once. A body
+    /// of 2 MiB announced on `POST /v1/devices` by anyone held memory every message needs (16 of them held
+    /// all of it). A message without credentials is `401` before its body, as after it.
+    static func bodyRefusal(_ head: HTTPRequest) -> HTTPResponse? {
+        if head.method == "POST" && head.path == "/v1/messages" {
+            let values = head.headers.values("Authorization")
+            guard values.count == 1, let value = values.first, value.utf8.count > 7,
+                  value.prefix(7).lowercased() == "bearer " else {
+                var response = HTTPResponse.error(401, code: "missing_credentials",
+                                                  message: "Send Authorization: Bearer <secret>.")
+                response.headers.add(name: "WWW-Authenticate", value: "Bearer")
+                return response
+            }
+            return nil
+        }
+        let length = head.headers["Content-Length"].flatMap { Int($0) } ?? 0
+        guard head.headers["Transfer-Encoding"] != nil || length > smallBodyBytes else { return nil }
+        return .error(413, code: "too_large",
+                      message: "Only a message may be large; this request's body may be at most \(smallBodyBytes) bytes.")
+    }
+
     static func refusal(for request: HTTPRequest) -> HTTPResponse? {
         let site = request.headers["Sec-Fetch-Site"]
         guard request.headers["Origin"] != nil || (site != nil && site != "none") else { return nil }
