@@ -180,6 +180,25 @@ import Testing
         #expect(relay.emails.count == 1)
     }
 
+    /// `Retry-After` in either form; a date no calendar holds, or one past any sane horizon, is not a crash
+    /// (the year 300,000,000 ended the process, again at every restart, as the memo was claimed again).
+    @Test func retryAfterReadsBothFormsAndNeverOverflows() {
+        let now: Int64 = 784_111_777_000  // Sun, 06 Nov 1994 08:49:37 GMT
+        #expect(RetryAfter.milliseconds("120", now: now) == 120_000)
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:51:37 GMT", now: now) == 120_000)
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:00:00 GMT", now: now) == 0, "in the past")
+        #expect(RetryAfter.milliseconds("99999999999999999999", now: now) == nil, "not an Int64: not a number here")
+        #expect(RetryAfter.milliseconds("9223372036854775807", now: now) == RetryAfter.longestMilliseconds)
+        #expect(RetryAfter.milliseconds("Fri, 31 Dec 9999 23:59:59 GMT", now: now) == RetryAfter.longestMilliseconds)
+        for hostile in ["Sun, 06 Nov 300000000 08:49:37 GMT", "Sun, 06 Nov -2147483648 08:49:37 GMT",
+                        "Sun, 06 Nov 9223372036854775807 08:49:37 GMT", "Sun, 99 Nov 1994 08:49:37 GMT",
+                        "Sun, 06 Nov 1994 99:49:37 GMT", "Sun, 06 Nov 1994 08:49:99 GMT", "-5"] {
+            #expect(RetryAfter.milliseconds(hostile, now: now) == nil, "\(hostile)")
+        }
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:51:37 GMT", now: .min) == RetryAfter.longestMilliseconds)
+        #expect(RetryAfter.milliseconds("Sun, 06 Nov 1994 08:51:37 GMT", now: .max) == 0)
+    }
+
     /// On a Jotter relay each message has its own recipient: a `422` for one address the API will not take
     /// fails that message alone (a device asking a code for such an address held every code mail of the
     /// relay, again at every retest). A 422 naming `from` is still the configuration's.
