@@ -439,6 +439,40 @@ struct ComposerRelayTests {
         #expect(try pair.composer.waitUntil(timeout: 10) { try relayState() == "ok" })
     }
 
+    /// A `404` that is not the relay's own (a proxy whose backend is away answers `404 page not found`) says
+    /// nothing of the memo: it was taken for "the relay forgot it, so it was delivered", and a memo the relay
+    /// still held was marked sent and erased here.
+    @Test func aProxysNotFoundIsNotTakenForDelivered() throws {
+        var pair = try Pair(.sqlite, steered: true) { $0.delivery.refusedRetestMilliseconds = 300 }
+        defer { pair.stop() }
+        let mail = try #require(pair.mail)
+        let gone = pair.relayDirectory.file("gone")
+        let proxy = try FixtureProcess(script: "login_wall.py",
+                                       arguments: [String(pair.relay.port), pair.relayDirectory.file("wall"),
+                                                   pair.relayDirectory.file("drop"), pair.relayDirectory.file("busy"),
+                                                   gone],
+                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        defer { proxy.stop() }
+        pair.composer.stop()
+        pair.composer = try Pair.composer(pair.composerDirectory.file("proxied"), relayPort: proxy.port)
+        try pair.verify()
+        mail.fail(with: DeliveryFailure(.auth, permanent: true))
+        let id = try pair.post("memo the relay holds while its proxy says 404")
+        func relayState() throws -> String? {
+            ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
+        }
+        #expect(try pair.composer.waitUntil(timeout: 30) { try relayState() == "held" })
+        let before = try pair.entry(id)["attempts"] as? Int ?? 0
+        #expect(FileManager.default.createFile(atPath: gone, contents: Data()))
+        #expect(try pair.composer.waitUntil(timeout: 60) { (try pair.entry(id)["attempts"] as? Int ?? 0) >= before + 2 },
+                "\((try? pair.entry(id)) ?? [:])")
+        #expect(try pair.entry(id)["status"] as? String != "sent", "\((try? pair.entry(id)) ?? [:])")
+        try FileManager.default.removeItem(atPath: gone)
+        mail.release()
+        #expect(try pair.composer.waitUntil(timeout: 60) { try pair.entry(id)["status"] as? String == "sent" },
+                "\((try? pair.entry(id)) ?? [:])")
+    }
+
     /// A memo the relay it was handed to still holds is that relay's to deliver: pointing the composer
     /// at another relay meanwhile must not post it there too. Once a memo is `sent`, its handover is
     /// forgotten.

@@ -13,6 +13,10 @@ struct JotterRelayClient: Sendable {
 
         /// The relay's error code (`{"error":{"code"}}`), if it sent one.
         var errorCode: String? { json?["error"]?["code"]?.string }
+        /// The relay's own "no such message" (`not_found`): a `404` without it is something in front of the
+        /// relay (a proxy with no backend while the relay restarts), which says nothing of the message —
+        /// taken for the relay's, it marked a memo still pending there as delivered and erased it.
+        var isRelaysNotFound: Bool { status == 404 && errorCode == "not_found" }
     }
 
     /// `https://host[:port]`, without a trailing slash.
@@ -57,6 +61,9 @@ struct JotterRelayClient: Sendable {
         case 500..<600:
             return DeliveryFailure(.serverError, permanent: false, retryAfterMilliseconds: answer.retryAfterMilliseconds)
         case 401: return DeliveryFailure(.auth, permanent: true)
+        // Not the relay's answer (no error of its own): a proxy in front of it, for now.
+        case 404 where answer.errorCode == nil:
+            return DeliveryFailure(.serverError, permanent: false, retryAfterMilliseconds: answer.retryAfterMilliseconds)
         default: return DeliveryFailure(.rejected, permanent: true)
         }
     }

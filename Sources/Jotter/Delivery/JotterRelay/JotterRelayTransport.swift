@@ -93,7 +93,7 @@ struct JotterRelayTransport: Transport {
         if handover.orphaned && !handover.failureReported { throw try orphaned(memo, handover) }
         if handover.failureReported {
             answer = try account.call(path + "/retry", method: "POST")
-            if answer.status == 404 {
+            if answer.status == 404 && answer.isRelaysNotFound {
                 // The relay no longer knows it (a month on, or this composer registered anew): the
                 // memo, still here in full, goes to the relay again as a new message.
                 try account.forgetHandover(of: memo)
@@ -125,7 +125,7 @@ struct JotterRelayTransport: Transport {
                     usleep(UInt32(delay * 1000))
                     answer = try account.call(path)
                 }
-            case 404:
+            case 404 where answer.isRelaysNotFound:
                 // Asked by a device this composer registered while asking (the old one was revoked), or
                 // since (another delivery's 202 as the old device may be recorded after the re-registration
                 // marked the rest): the relay answers it nothing about the old one's message, which is no
