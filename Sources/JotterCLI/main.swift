@@ -183,7 +183,9 @@ case .serve(var configuration):
     let journal = ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)
     print("Delivering to " + (journal ? RelayURL.withoutPeople(application.destination) : application.destination))
     if let lan = application.lanInfo {
-        print(LANBanner.text(lan, host: configuration.http.host, showsPairing: !journal))
+        // The live pairing link and its code only for a person at a terminal: a journal, a log file or
+        // `docker logs` would keep them for anyone who reads it later (`jotter pair` makes a link on demand).
+        print(LANBanner.text(lan, host: configuration.http.host, showsPairing: !journal && isatty(1) == 1))
         application.setOnLANChange { lan in
             print(LANBanner.changedText(lan))
             fflush(nil)
