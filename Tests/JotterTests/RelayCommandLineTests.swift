@@ -228,6 +228,11 @@ import Testing
         #expect(throws: RelayURL.Failure.invalid("set ?from= and ?to= (or use an address as the user name)")) {
             _ = try RelayURL("smtp://u:p@127.0.0.1:9?tls=none")
         }
+        // A user name with a line break is no address: it would have split a header and RCPT TO.
+        #expect(throws: RelayURL.Failure.invalid("set ?from= and ?to= (or use an address as the user name)")) {
+            _ = try RelayURL("smtp://me%40example.com%0D%0ABcc%3A%20evil%40example.net:pw@127.0.0.1:9?tls=none")
+        }
+        #expect(try RelayURL("smtp://me%40example.com:pw@127.0.0.1:9?tls=none").destination.hasSuffix("→ me@example.com"))
         let refused = try LiveServerTests.JotterBinary.run(["relay", "--port", "x"])
         #expect(refused.status == 64 && refused.standardError.contains("Try 'jotter relay --help'."), "\(refused.standardError)")
         let plain = try LiveServerTests.JotterBinary.run(["bogus"])

@@ -125,7 +125,9 @@ public struct RelayURL: Sendable {
             if tlsNone && !Loopback.contains(host: url.host) {
                 throw Failure.invalid("tls=none is only allowed for a loopback host")
             }
-            let userAddress = url.user.flatMap { $0.contains("@") ? MailAddress(address: $0) : nil }
+            // A user name that is an address stands in for from= and to=; one with a line break or other
+            // bytes no address has would split a header and an SMTP command, so it stands in for nothing.
+            let userAddress = url.user.flatMap { Self.isAddress($0) ? MailAddress(address: $0) : nil }
             let from = try url.queryValue("from").map(Self.address) ?? userAddress
             let to = try url.queryValue("to").map(Self.address) ?? userAddress ?? from
             guard let from, let to else {
