@@ -237,6 +237,7 @@ public final class Application: Sendable {
         return lanRefresh.withLock { refresh in
             guard !refresh.stopped else { return false }
             let addresses = addressSource()
+            policy.refreshOwnAddresses()
             let changed = addresses != lanState.current.addresses
             guard changed || refresh.certificatePending else { return false }
             var trustAnchor = lanState.current.trustAnchor

@@ -56,6 +56,15 @@ public final class RequestPolicy: Sendable {
         }
     }
 
+    /// Reads this machine's interface addresses again: one it gave up (a cable unplugged, a VPN dropped)
+    /// is no longer this machine's, whoever takes it next on the network. (Only `setBoundAddresses` did
+    /// this, and the addresses served on do not change with `--host ADDRESS`: the set stayed as at start.)
+    func refreshOwnAddresses() {
+        guard devices != nil else { return }
+        let own = Self.interfaceAddresses()
+        ownAddresses.withLock { $0 = own }
+    }
+
     /// The port the server bound (0 before start).
     var boundPort: Int { port.load(ordering: .acquiring) }
 
