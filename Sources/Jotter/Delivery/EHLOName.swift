@@ -13,7 +13,9 @@ enum EHLOName {
     }
 
     /// `forConnection`, worked out at most once every five minutes per transport: it costs a name lookup
-    /// outside libcurl's timeouts, and a memo after the first would otherwise pay it again.
+    /// outside libcurl's timeouts, and a memo after the first would otherwise pay it again. A name worked
+    /// out without a route (offline: the `[127.0.0.1]` fallback) is not kept, so the first memo once the
+    /// network is back does not greet as loopback, which a server may refuse.
     final class Cache: Sendable {
         private let entry = Mutex<(name: String, at: UInt64)?>(nil)
         static let lifetimeNanoseconds: UInt64 = 300_000_000_000
@@ -22,10 +24,13 @@ enum EHLOName {
             let now = monotonicNanoseconds()
             if let cached = entry.withLock({ $0 }), now - cached.at < Self.lifetimeNanoseconds { return cached.name }
             let name = EHLOName.forConnection(to: host, port: port)
-            entry.withLock { $0 = (name, now) }
+            if name != EHLOName.unknownAddress { entry.withLock { $0 = (name, now) } }
             return name
         }
     }
+
+    /// What `choose` answers when neither a domain name nor the connection's source address is known.
+    static let unknownAddress = "[127.0.0.1]"
 
     /// `hostName` when it is a domain name with a dot that is not this network's own (`.local`,
     /// `localdomain`, `localhost`); else `localAddress` as an RFC 5321 address literal; `[127.0.0.1]` when
@@ -37,7 +42,7 @@ enum EHLOName {
            !name.hasSuffix(".home.arpa") {
             return name
         }
-        guard let address = localAddress, !address.isEmpty else { return "[127.0.0.1]" }
+        guard let address = localAddress, !address.isEmpty else { return unknownAddress }
         return address.contains(":") ? "[IPv6:\(address)]" : "[\(address)]"
     }
 
