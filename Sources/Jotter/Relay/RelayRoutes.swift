@@ -219,6 +219,9 @@ struct RelayRoutes: Sendable {
             return ("code_hourly_cap", "Too many codes for this address in the last hour; try again later.")
         case "address_daily":
             return ("code_daily_cap", "Too many codes for this address today; try again later.")
+        case "domain-codes-day":
+            return ("code_domain_daily_cap",
+                    "This relay has sent as many codes to this mail domain today as it sends; try again tomorrow.")
         default:
             return ("rate_limited", "Too many code requests from this network; try again later.")
         }
