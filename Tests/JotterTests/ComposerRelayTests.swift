@@ -403,6 +403,34 @@ struct ComposerRelayTests {
         #expect(try pair.composer.waitUntil(timeout: 10) { try relayState() == "ok" }, "\((try? relayState()) ?? nil)")
     }
 
+    /// The composer of `pair` made again to reach the relay through `login_wall.py` (its flag files `wall`,
+    /// `drop`, `busy` and `gone` in the relay's directory), and one memo `text` posted that the relay holds
+    /// (its mail refuses the login), `/healthz` saying so. The proxy is the caller's to stop.
+    static func memoHeldBehindProxy(_ pair: inout Pair, _ text: String) throws -> (proxy: FixtureProcess, id: String) {
+        let mail = try #require(pair.mail)
+        let flags = ["wall", "drop", "busy", "gone"].map { pair.relayDirectory.file($0) }
+        let proxy = try FixtureProcess(script: "login_wall.py", arguments: [String(pair.relay.port)] + flags,
+                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        do {
+            pair.composer.stop()
+            pair.composer = try Pair.composer(pair.composerDirectory.file("proxied"), relayPort: proxy.port)
+            try pair.verify()
+            mail.fail(with: DeliveryFailure(.auth, permanent: true))
+            let id = try pair.post(text)
+            let held = try pair.composer.waitUntil(timeout: 30) { [pair] in try relayState(pair) == "held" }
+            #expect(held, "the relay holds the memo")
+            return (proxy, id)
+        } catch {
+            proxy.stop()
+            throw error
+        }
+    }
+
+    /// The relay's state as the composer's `/healthz` says it.
+    static func relayState(_ pair: Pair) throws -> String? {
+        ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
+    }
+
     /// While the relay holds the memo, answers that say nothing of it — a relay busy for a while (503) —
     /// leave `/healthz` saying "held": it does not flap to "ok" between two questions.
     @Test func theHeldStateStaysThroughAnswersThatSayNothing() throws {
@@ -410,20 +438,9 @@ struct ComposerRelayTests {
         defer { pair.stop() }
         let mail = try #require(pair.mail)
         let busy = pair.relayDirectory.file("busy")
-        let proxy = try FixtureProcess(script: "login_wall.py",
-                                       arguments: [String(pair.relay.port), pair.relayDirectory.file("wall"),
-                                                   pair.relayDirectory.file("drop"), busy],
-                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        let (proxy, id) = try Self.memoHeldBehindProxy(&pair, "memo the relay holds while it is busy")
         defer { proxy.stop() }
-        pair.composer.stop()
-        pair.composer = try Pair.composer(pair.composerDirectory.file("proxied"), relayPort: proxy.port)
-        try pair.verify()
-        mail.fail(with: DeliveryFailure(.auth, permanent: true))
-        let id = try pair.post("memo the relay holds while it is busy")
-        func relayState() throws -> String? {
-            ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
-        }
-        #expect(try pair.composer.waitUntil(timeout: 30) { try relayState() == "held" })
+        func relayState() throws -> String? { try Self.relayState(pair) }
         let before = try pair.entry(id)["attempts"] as? Int ?? 0
         #expect(FileManager.default.createFile(atPath: busy, contents: Data()))
         var seen = Set<String>()
@@ -447,21 +464,8 @@ struct ComposerRelayTests {
         defer { pair.stop() }
         let mail = try #require(pair.mail)
         let gone = pair.relayDirectory.file("gone")
-        let proxy = try FixtureProcess(script: "login_wall.py",
-                                       arguments: [String(pair.relay.port), pair.relayDirectory.file("wall"),
-                                                   pair.relayDirectory.file("drop"), pair.relayDirectory.file("busy"),
-                                                   gone],
-                                       errorPath: pair.relayDirectory.file("proxy.stderr"))
+        let (proxy, id) = try Self.memoHeldBehindProxy(&pair, "memo the relay holds while its proxy says 404")
         defer { proxy.stop() }
-        pair.composer.stop()
-        pair.composer = try Pair.composer(pair.composerDirectory.file("proxied"), relayPort: proxy.port)
-        try pair.verify()
-        mail.fail(with: DeliveryFailure(.auth, permanent: true))
-        let id = try pair.post("memo the relay holds while its proxy says 404")
-        func relayState() throws -> String? {
-            ((try pair.composer.route("GET", "/healthz").json as? [String: Any])?["relay"] as? [String: Any])?["state"] as? String
-        }
-        #expect(try pair.composer.waitUntil(timeout: 30) { try relayState() == "held" })
         let before = try pair.entry(id)["attempts"] as? Int ?? 0
         #expect(FileManager.default.createFile(atPath: gone, contents: Data()))
         #expect(try pair.composer.waitUntil(timeout: 60) { (try pair.entry(id)["attempts"] as? Int ?? 0) >= before + 2 },

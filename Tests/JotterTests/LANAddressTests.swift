@@ -375,16 +375,10 @@ struct LANAddressTests {
         #expect(throws: (any Error).self) { _ = try PairCommand.run(dataDirectory: data) }
     }
 
-    /// A CA made before its names were narrowed (one that admits this machine's bare host name) keeps
-    /// working, its certificates keep naming that name, and the start warns once, not at every change.
-    @Test(.enabled(if: NetworkInterfaces.hostNames().contains { !$0.contains(".") }, "a host name without a dot"))
-    func anOlderWideCAWarnsOnceAndKeepsItsNames() throws {
-        let name = try #require(NetworkInterfaces.hostNames().first { !$0.contains(".") })
-        let directory = TemporaryDirectory()
-        let tls = directory.file("data/tls")
+    /// A CA as an older Jotter made it, in `tls`: name constraints permitting `dnsNames` and `networks` only.
+    static func makeOlderCA(in tls: String, dnsNames: [String], networks: [String]) throws {
         try FileManager.default.createDirectory(atPath: tls, withIntermediateDirectories: true)
-        let constraints = ["localhost", "local", name].map { "permitted;DNS:\($0)" }
-            + ["10.0.0.0/255.0.0.0", "192.168.0.0/255.255.0.0", "127.0.0.0/255.0.0.0"].map { "permitted;IP:\($0)" }
+        let constraints = dnsNames.map { "permitted;DNS:\($0)" } + networks.map { "permitted;IP:\($0)" }
         try ("[req]\ndistinguished_name=dn\n[dn]\n[v3_ca]\nbasicConstraints=critical,CA:TRUE,pathlen:0\n"
             + "keyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash\n"
             + "nameConstraints=critical," + constraints.joined(separator: ",") + "\n")
@@ -393,6 +387,17 @@ struct LANAddressTests {
                                         "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "3650", "-subj", "/CN=old CA",
                                         "-config", "ca.cnf", "-extensions", "v3_ca"], in: tls)
         try #require(made.status == 0, "\(made.errors)")
+    }
+
+    /// A CA made before its names were narrowed (one that admits this machine's bare host name) keeps
+    /// working, its certificates keep naming that name, and the start warns once, not at every change.
+    @Test(.enabled(if: NetworkInterfaces.hostNames().contains { !$0.contains(".") }, "a host name without a dot"))
+    func anOlderWideCAWarnsOnceAndKeepsItsNames() throws {
+        let name = try #require(NetworkInterfaces.hostNames().first { !$0.contains(".") })
+        let directory = TemporaryDirectory()
+        let tls = directory.file("data/tls")
+        try Self.makeOlderCA(in: tls, dnsNames: ["localhost", "local", name],
+                             networks: ["10.0.0.0/255.0.0.0", "192.168.0.0/255.255.0.0", "127.0.0.0/255.0.0.0"])
         let interfaces = TestInterfaces(["192.168.1.20"])
         let server = try Self.server(directory, interfaces)
         defer { server.stop() }
@@ -408,18 +413,8 @@ struct LANAddressTests {
     /// trust it, and the start says, once, that it could sign mail. A CA made now does not warn.
     @Test func anOlderCAThatCouldSignMailWarnsOnce() throws {
         let directory = TemporaryDirectory()
-        let tls = directory.file("data/tls")
-        try FileManager.default.createDirectory(atPath: tls, withIntermediateDirectories: true)
-        let constraints = ["localhost", "local"].map { "permitted;DNS:\($0)" }
-            + LocalCertificateAuthority.permittedNetworks.map { "permitted;IP:\($0)" }
-        try ("[req]\ndistinguished_name=dn\n[dn]\n[v3_ca]\nbasicConstraints=critical,CA:TRUE,pathlen:0\n"
-            + "keyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash\n"
-            + "nameConstraints=critical," + constraints.joined(separator: ",") + "\n")
-            .write(toFile: tls + "/ca.cnf", atomically: true, encoding: .utf8)
-        let made = try Command.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                                        "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "3650", "-subj", "/CN=old CA",
-                                        "-config", "ca.cnf", "-extensions", "v3_ca"], in: tls)
-        try #require(made.status == 0, "\(made.errors)")
+        try Self.makeOlderCA(in: directory.file("data/tls"), dnsNames: ["localhost", "local"],
+                             networks: LocalCertificateAuthority.permittedNetworks)
         let warning = "may vouch for e-mail addresses"
         let interfaces = TestInterfaces(["192.168.1.20"])
         do {
