@@ -23,7 +23,7 @@ public struct LocalCertificateAuthority: Sendable {
     /// The CA's key, PEM (`ca-key.pem`, mode 0600); kept only to sign server certificates.
     let privateKeyPEM: String
 
-    /// The only mail domain a CA made since 2026-12-08 may vouch for: none can exist under it.
+    /// The only mail domain a CA made since 2026-12-07 may vouch for: none can exist under it.
     static let noMailDomain = ".invalid"
 
     /// How long a new CA is valid.
