@@ -200,15 +200,7 @@ public final class RelayApplication: Sendable {
     /// all of it). A message without credentials is `401` before its body, as after it.
     static func bodyRefusal(_ head: HTTPRequest) -> HTTPResponse? {
         if head.method == "POST" && head.path == "/v1/messages" {
-            let values = head.headers.values("Authorization")
-            guard values.count == 1, let value = values.first, value.utf8.count > 7,
-                  value.prefix(7).lowercased() == "bearer " else {
-                var response = HTTPResponse.error(401, code: "missing_credentials",
-                                                  message: "Send Authorization: Bearer <secret>.")
-                response.headers.add(name: "WWW-Authenticate", value: "Bearer")
-                return response
-            }
-            return nil
+            return RelayRoutes.bearerSecret(head) == nil ? RelayRoutes.missingCredentials : nil
         }
         let length = head.headers["Content-Length"].flatMap { Int($0) } ?? 0
         guard head.headers["Transfer-Encoding"] != nil || length > smallBodyBytes else { return nil }

@@ -148,14 +148,10 @@ struct RelayRoutes: Sendable {
 
     /// Runs `handler` with the device the request's bearer secret belongs to, or answers `401`.
     private func authenticated(_ request: HTTPRequest, _ respond: Respond, _ handler: (String) -> Void) {
-        let values = request.headers.values("Authorization")
-        guard values.count == 1, let value = values.first, value.utf8.count > 7,
-              value.prefix(7).lowercased() == "bearer " else {
-            return respond(Self.unauthorized("missing_credentials", "Send Authorization: Bearer <secret>."))
-        }
+        guard let secret = Self.bearerSecret(request) else { return respond(Self.missingCredentials) }
         let device: String?
         do {
-            device = try service.authenticate(secret: String(String(value.dropFirst(7)).trimmingASCIISpaces()))
+            device = try service.authenticate(secret: secret)
         } catch {
             return respond(Self.unavailable(error))
         }
@@ -452,6 +448,20 @@ struct RelayRoutes: Sendable {
                                               : "The relay could not use its database; nothing was stored or changed.")
         response.headers.add(name: "Retry-After", value: "30")
         return response
+    }
+
+    /// The secret of the request's one `Authorization: Bearer <secret>` header; nil without one (also read
+    /// on a message's head, before its body: `RelayApplication.bodyRefusal`).
+    static func bearerSecret(_ request: HTTPRequest) -> String? {
+        let values = request.headers.values("Authorization")
+        guard values.count == 1, let value = values.first, value.utf8.count > 7,
+              value.prefix(7).lowercased() == "bearer " else { return nil }
+        return String(String(value.dropFirst(7)).trimmingASCIISpaces())
+    }
+
+    /// `401` for a request without `Authorization: Bearer`.
+    static var missingCredentials: HTTPResponse {
+        unauthorized("missing_credentials", "Send Authorization: Bearer <secret>.")
     }
 
     private static func unauthorized(_ code: String, _ message: String) -> HTTPResponse {
