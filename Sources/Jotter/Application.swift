@@ -172,13 +172,9 @@ public final class Application: Sendable {
         // paired is refused before it can hold any of the memory bodies share (`BodyBudget`).
         let lanMode = configuration.lan
         let admission: HTTPServer.Admission = { head in
-            var refused: HTTPResponse?
-            guard let head = RequestPath.normalized(head, refuse: { refused = $0.response }) else {
-                return refused.map { router.finish($0) }
-            }
-            if let refusal = policy.refusal(for: head) { return router.finish(refusal) }
-            if lanMode, let refusal = PairRoute.oversizedRefusal(head) { return router.finish(refusal) }
-            return nil
+            RequestPath.refusal(forHead: head) { head in
+                policy.refusal(for: head) ?? (lanMode ? PairRoute.oversizedRefusal(head) : nil)
+            }.map { router.finish($0) }
         }
         server = HTTPServer(configuration: http, logger: logger.labelled("http"), admission: admission,
                             handler: handler)

@@ -47,6 +47,19 @@ public enum RequestPath {
         }
     }
 
+    /// The refusal for a request's head, judged before its body is read (an `HTTPServer.Admission`): its
+    /// path's, or else what `judge` says of the head with its path normalised, as the handler will see it.
+    public static func refusal(forHead head: HTTPRequest, judge: (HTTPRequest) -> HTTPResponse?) -> HTTPResponse? {
+        switch normalize(head.path) {
+        case .success(let path):
+            var head = head
+            head.path = path
+            return judge(head)
+        case .failure(let refusal):
+            return refusal.response
+        }
+    }
+
     /// The canonical form of `raw`, or why it is refused.
     public static func normalize(_ raw: String) -> Result<String, Refusal> {
         if isCanonical(raw) { return .success(raw) }

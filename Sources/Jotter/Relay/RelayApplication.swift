@@ -99,11 +99,7 @@ public final class RelayApplication: Sendable {
         self.handler = handler
         // Judged on a request's head, before its body is read (and memory set aside for it): see `bodyRefusal`.
         let admission: HTTPServer.Admission = { head in
-            var refused: HTTPResponse?
-            guard let head = RequestPath.normalized(head, refuse: { refused = $0.response }) else {
-                return refused.map { router.finish($0) }
-            }
-            return (Self.refusal(for: head) ?? Self.bodyRefusal(head)).map { router.finish($0) }
+            RequestPath.refusal(forHead: head) { Self.refusal(for: $0) ?? Self.bodyRefusal($0) }.map { router.finish($0) }
         }
         server = HTTPServer(configuration: configuration.http, logger: logger.labelled("http"), admission: admission,
                             handler: handler)
