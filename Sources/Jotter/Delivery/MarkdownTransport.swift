@@ -59,10 +59,13 @@ public final class MarkdownTransport: Transport {
 
     static func marker(_ id: String) -> String { "<!-- jotter:\(id) -->" }
 
-    /// The entry for `message`: heading, then `entryText`.
+    /// The entry for `message`: its heading line, then `entryText`.
     static func entry(_ message: MailMessage, heading: String) -> String {
-        "## \(heading)\n" + entryText(message)
+        headingLine(heading) + entryText(message)
     }
+
+    /// An entry's heading line (`## 09:05`).
+    static func headingLine(_ heading: String) -> String { "## \(heading)\n" }
 
     /// An entry below its heading: marker, the subject when it says more than the body's first line, then
     /// the body made safe for the note. A retry finds the memo in the note only when all of this is there:
@@ -165,7 +168,7 @@ public final class MarkdownTransport: Transport {
                     entries.append(10)
                 }
                 let heading = Self.format(headingPattern, milliseconds: message.date)
-                entries += "## \(heading)\n".utf8
+                entries += Self.headingLine(heading).utf8
                 entries += text
                 lastByte = entries.last
                 receipts.append(DeliveryReceipt())
