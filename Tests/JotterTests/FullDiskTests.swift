@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 @testable import Jotter
 
@@ -248,5 +249,109 @@ import Testing
         #expect(stored.count == accepted.count)
         #expect(Set(stored) == Set(accepted))
         #expect(try database.pragma("integrity_check") == "ok")
+    }
+
+    // MARK: A disk that fails an fsync
+
+    /// The disk took a commit's WAL frames, then failed their fsync: SQLite calls the COMMIT failed, yet
+    /// the frames are whole in the file, and a restart after a crash recovers the memo. So the memo is
+    /// "may be stored", never "not stored" (whoever is told that sends it anew, and it arrives twice);
+    /// sent again with its Idempotency-Key, it is stored once.
+    @Test func aCommitWhoseFsyncFailedMayBeStoredAndARestartWouldFindIt() async throws {
+        let directory = TemporaryDirectory()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
+        defer { outbox.close() }
+        let first = try await outbox.enqueue(MemoDraft(body: "stored before the disk failed"))
+        outbox.database.failWALSyncs(1)
+        let draft = MemoDraft(body: "written while the disk failed its fsync", idempotencyKey: "fsync-fails-once")
+        do {
+            let outcome = try await outbox.enqueue(draft)
+            Issue.record("stored although its sync failed: \(outcome)")
+        } catch {
+            guard case .outcomeUnknown = error else {
+                Issue.record("said \(error), as if it could not be on disk")
+                return
+            }
+        }
+        // A crash now: what the restart would find, from a copy of the files as they are (without the
+        // shared-memory index, so SQLite recovers the WAL as it does after a crash).
+        let copy = directory.file("after-a-crash")
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+        for suffix in ["", "-wal"] {
+            try FileManager.default.copyItem(atPath: outbox.database.path + suffix, toPath: copy + "/jotter.db" + suffix)
+        }
+        let recovered = try Database(path: copy + "/jotter.db")
+        defer { recovered.close() }
+        #expect(try recovered.statement("SELECT count(*) FROM messages").firstRow { $0.int64(0) } == 2,
+                "the memo whose commit failed is whole on the disk")
+        // No crash: sent again with its key, it is stored, once.
+        let again = try await outbox.enqueue(draft)
+        #expect(again.id != first.id)
+        let again2 = try await outbox.enqueue(draft)
+        #expect(again2.id == again.id, "a replay")
+        #expect(try outbox.history.latest(limit: 10).map(\.id).sorted() == [first.id, again.id].sorted())
+    }
+
+    /// Over HTTP: `503 storage_outcome_unknown` with a `Retry-After`, and the same memo sent again with its
+    /// key is `204` and stored once.
+    @Test func aFailedFsyncIsAnsweredAsMaybeStoredOverHTTP() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let headers = [("Content-Type", "text/plain"), ("Idempotency-Key", "fsync-fails-over-http")]
+        let body = Array("a memo the disk may have kept".utf8)
+        #expect(try server.request("POST", "/send", headers: [("Content-Type", "text/plain")],
+                                   body: Array("before".utf8)).status == 204)
+        server.outbox.database.failWALSyncs(1)
+        let failed = try server.request("POST", "/send", headers: headers, body: body)
+        #expect(failed.status == 503)
+        #expect(failed.header("Retry-After") == "30")
+        #expect(failed.header("X-Message-Id") == nil)
+        let error = try JSONValue.parse(failed.body)["error"]
+        #expect(error?["code"]?.string == "storage_outcome_unknown")
+        let message = error?["message"]?.string ?? ""
+        #expect(message.contains("may be stored") && !message.contains("not stored"), "\(message)")
+        let again = try server.request("POST", "/send", headers: headers, body: body)
+        #expect(again.status == 204)
+        let id = try #require(again.header("X-Message-Id"))
+        #expect(try server.request("POST", "/send", headers: headers, body: body).header("X-Message-Id") == id)
+        #expect(try server.outbox.history.latest(limit: 10).count == 2)
+        #expect(server.logs.captured.contains("outbox commit failed"))
+    }
+
+    /// On a nearly full disk one large memo does not take the memos committed with it down: a batch the
+    /// disk refuses is stored member by member, and only the memo that does not fit is refused.
+    @Test func aMemoThatDoesNotFitIsRefusedAloneNotWithItsBatch() throws {
+        let directory = TemporaryDirectory()
+        let outbox = try Outbox(path: directory.file("jotter.db"), key: try SymmetricKey.random(), clock: ManualClock())
+        defer { outbox.close() }
+        let stored = DispatchSemaphore(value: 0)
+        outbox.enqueue(MemoDraft(body: "already there")) { _ in stored.signal() }
+        stored.wait()
+        _ = try Self.fill(outbox.database)
+        // The writer busy, so that the five gather into one batch.
+        let writerFree = DispatchSemaphore(value: 0)
+        outbox.database.async { writerFree.wait() }
+        let bodies = ["small one", String(repeating: "large ", count: 4_000), "small two", "small three", "small four"]
+        let outcomes = Mutex<[String: Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>]>([:])
+        let answered = DispatchGroup()
+        for body in bodies {
+            answered.enter()
+            outbox.enqueue(MemoDraft(body: body), callerMayBlock: false) { result in
+                outcomes.withLock { $0[body] = result }
+                answered.leave()
+            }
+        }
+        writerFree.signal()
+        answered.wait()
+        let results = outcomes.withLock { $0 }
+        for body in bodies where body.hasPrefix("small") {
+            #expect((try? results[body]?.get()) != nil, "\(body): \(String(describing: results[body]))")
+        }
+        guard case .failure(.storage(_, diskFull: true)) = results[bodies[1]] else {
+            Issue.record("the large memo: \(String(describing: results[bodies[1]]))")
+            return
+        }
+        #expect(try outbox.history.latest(limit: 10).count == 5)
     }
 }

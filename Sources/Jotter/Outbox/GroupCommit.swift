@@ -98,27 +98,23 @@ final class GroupCommit: Sendable {
     /// One transaction for `batch`, then each completion, then the worker's wake-up.
     private func commit(_ batch: [Pending]) {
         let now = clock.nowMilliseconds()
-        var outcomes: [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] = []
-        outcomes.reserveCapacity(batch.count)
+        var outcomes: [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>]
         do {
-            try database.transaction(durable: true) { database in
-                for item in batch {
-                    outcomes.append(try store.insert(item.draft, now: now, into: database))
+            outcomes = try insert(batch.map(\.draft), now: now)
+        } catch let failure as DatabaseError where failure.isDiskFull && batch.count > 1 {
+            // One large memo must not take its whole batch down with it on a nearly full disk: each
+            // member on its own, so only the memos that do not fit are refused.
+            logger.warning("outbox commit failed; storing its memos one by one",
+                           metadata: ["error.kind": failure.kind, "batch": "\(batch.count)"])
+            outcomes = batch.map { item in
+                do {
+                    return try insert([item.draft], now: now)[0]
+                } catch {
+                    return .failure(refusal(error, batch: 1, now: now))
                 }
             }
         } catch {
-            let failure = error as? DatabaseError
-            integrity?.note(error)
-            logger.error("outbox commit failed", metadata: ["error.kind": failure?.kind ?? "\(type(of: error))",
-                                                            "batch": "\(batch.count)"])
-            let storage = Outbox.EnqueueError.storage(kind: failure?.kind ?? "io", diskFull: failure?.isDiskFull ?? false)
-            outcomes = Array(repeating: .failure(storage), count: batch.count)
-            let reason = failure?.storageTrouble ?? "other"
-            trouble.withLock { trouble in
-                if trouble?.reason != reason {
-                    trouble = Outbox.StorageTrouble(reason: reason, sinceMilliseconds: trouble?.sinceMilliseconds ?? now)
-                }
-            }
+            outcomes = Array(repeating: .failure(refusal(error, batch: batch.count, now: now)), count: batch.count)
         }
         if outcomes.contains(where: { (try? $0.get()) != nil }) { trouble.withLock { if $0 != nil { $0 = nil } } }
         for (item, outcome) in zip(batch, outcomes) {
@@ -127,5 +123,29 @@ final class GroupCommit: Sendable {
         if outcomes.contains(where: { if case .success(.accepted) = $0 { true } else { false } }) {
             onAccepted.call()
         }
+    }
+
+    /// Inserts `drafts` in one durable transaction.
+    private func insert(_ drafts: [MemoDraft], now: Int64) throws -> [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] {
+        try database.transaction(durable: true) { database in
+            try drafts.map { try store.insert($0, now: now, into: database) }
+        }
+    }
+
+    /// What a memo whose commit failed with `error` is told; notes the disk's trouble on the way.
+    private func refusal(_ error: any Error, batch: Int, now: Int64) -> Outbox.EnqueueError {
+        let failure = error as? DatabaseError
+        integrity?.note(error)
+        logger.error("outbox commit failed", metadata: ["error.kind": failure?.kind ?? "\(type(of: error))",
+                                                        "batch": "\(batch)"])
+        let reason = failure?.storageTrouble ?? "other"
+        trouble.withLock { trouble in
+            if trouble?.reason != reason {
+                trouble = Outbox.StorageTrouble(reason: reason, sinceMilliseconds: trouble?.sinceMilliseconds ?? now)
+            }
+        }
+        // Its frames may be whole in the WAL, and a restart would then recover it: not "not stored".
+        if failure?.mayHaveCommitted == true { return .outcomeUnknown(kind: failure?.kind ?? "io") }
+        return .storage(kind: failure?.kind ?? "io", diskFull: failure?.isDiskFull ?? false)
     }
 }

@@ -428,13 +428,13 @@ struct RelayRoutes: Sendable {
         if let failure = error as? RelayService.StorageFailure, failure.outcomeUnknown {
             let message = switch failure.stored {
             case .keyedMessage:
-                "The relay lost its database while storing this message, which may be stored: send it again "
+                "The relay's database failed while storing this message, which may be stored: send it again "
                     + "with the same Idempotency-Key after Retry-After to find out; it will not be sent twice."
             case .message:
-                "The relay lost its database while storing this message, which may be stored and sent: sent "
+                "The relay's database failed while storing this message, which may be stored and sent: sent "
                     + "again, it may arrive twice (with an Idempotency-Key, a retry is always safe)."
             case .code:
-                "The relay lost its database while storing this code's mail, which may be sent: look in the "
+                "The relay's database failed while storing this code's mail, which may be sent: look in the "
                     + "inbox before asking for another code."
             }
             var response = HTTPResponse.error(503, code: "storage_outcome_unknown", message: message)

@@ -1,5 +1,6 @@
 import CSQLite
 import Glibc
+import Synchronization
 
 /// The SQLite VFS every Jotter database is opened with: SQLite's own `unix` VFS, except that the WAL
 /// frames of a durable commit reach the kernel in one `pwrite` instead of two per page.
@@ -25,6 +26,34 @@ enum CoalescingVFS {
     /// The most bytes gathered before they are written anyway (a transaction of many pages). SQLite's own
     /// unix write never takes more than 128 KiB at once (it masks the length with 0x1ffff).
     private static let bufferLimit = 64 * 1024
+
+    /// Coming syncs of a WAL that write what was gathered and then fail with `SQLITE_IOERR_FSYNC`, as on a
+    /// disk whose fsync fails: the commit's frames are whole in the file, yet SQLite reports its COMMIT as
+    /// failed. By file (its address), so that one test's database fails and no other. Set only by tests
+    /// (`failSyncs`); otherwise a sync costs one atomic load more.
+    private static let syncFaults = Mutex<[UInt: Int]>([:])
+    private static let anySyncFaults = Atomic<Bool>(false)
+
+    /// Makes the next `count` syncs of `file` (a connection's WAL) fail after writing what was gathered.
+    static func failSyncs(_ count: Int, of file: UnsafeMutablePointer<sqlite3_file>?) {
+        guard let file else { return }
+        syncFaults.withLock { faults in
+            faults[UInt(bitPattern: file)] = count > 0 ? count : nil
+            anySyncFaults.store(!faults.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    /// Takes one of the failures set for `file`, if any is left (or, with `all`, forgets them: a closed file).
+    private static func takeSyncFault(_ file: UnsafeMutablePointer<sqlite3_file>, all: Bool = false) -> Bool {
+        guard anySyncFaults.load(ordering: .relaxed) else { return false }
+        return syncFaults.withLock { faults in
+            let key = UInt(bitPattern: file)
+            guard let left = faults[key] else { return false }
+            faults[key] = left > 1 && !all ? left - 1 : nil
+            anySyncFaults.store(!faults.isEmpty, ordering: .relaxed)
+            return true
+        }
+    }
 
     /// What the VFS keeps for one open file, in the memory SQLite allocated for it.
     private struct FileState {
@@ -152,6 +181,7 @@ enum CoalescingVFS {
             iVersion: 3,
             xClose: { file in
                 guard let file else { return SQLITE_MISUSE }
+                _ = takeSyncFault(file, all: true)
                 let flushCode = flush(file)
                 let code = innerMethods(file)?.xClose?(underlying(file)) ?? SQLITE_OK
                 free(state(file).pointee.bytes)
@@ -169,7 +199,11 @@ enum CoalescingVFS {
                 flushed(file) { $1.xTruncate?($0, size) ?? SQLITE_IOERR }
             },
             xSync: { file, flags in
-                flushed(file) { $1.xSync?($0, flags) ?? SQLITE_IOERR }
+                if let file, takeSyncFault(file) {
+                    let code = flush(file)
+                    return code == SQLITE_OK ? SQLITE_IOERR | (4 << 8) : code  // SQLITE_IOERR_FSYNC
+                }
+                return flushed(file) { $1.xSync?($0, flags) ?? SQLITE_IOERR }
             },
             xFileSize: { file, size in
                 flushed(file) { $1.xFileSize?($0, size) ?? SQLITE_IOERR }

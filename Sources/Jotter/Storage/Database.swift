@@ -114,7 +114,12 @@ public final class Database {
         try run("BEGIN IMMEDIATE")
         do {
             let result = try body(self)
-            try run("COMMIT")
+            do {
+                try run("COMMIT")
+            } catch var error as DatabaseError {
+                error.duringCommit = true
+                throw error
+            }
             return result
         } catch {
             try? execute("ROLLBACK")
@@ -139,7 +144,7 @@ public final class Database {
         CoalescingVFS.writeCounts(file: walFile())
     }
 
-    private func walFile() -> UnsafeMutablePointer<sqlite3_file>? {
+    func walFile() -> UnsafeMutablePointer<sqlite3_file>? {
         // A closed connection is freed: asking it anything would read freed memory. (A delivery that
         // outlived a shutdown may still record its outcome; the write then fails as `checkOpen` says.)
         guard !isClosed else { return nil }

@@ -10,6 +10,8 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     public let message: String
     /// The SQL text of the statement that failed, if any.
     public let sql: String?
+    /// True when it was the COMMIT of a write transaction that failed (`Database.write`).
+    public internal(set) var duringCommit = false
 
     init(code: Int32, message: String, sql: String? = nil) {
         self.code = code
@@ -50,6 +52,15 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
 
     /// The pages themselves are in doubt: SQLite cannot make sense of one, or the disk could not read one.
     public var meansDamage: Bool { storageTrouble == "damaged" || isFailedRead }
+
+    /// The transaction may be on disk although its COMMIT failed: an I/O error after the commit's WAL
+    /// frames were written (their sync failed, say), so they may be whole in the file and a restart's
+    /// recovery would take them. Not so when the write of the frames itself failed (`SQLITE_IOERR_WRITE`:
+    /// the frame that marks the commit is the last one written, and nothing of a failed write reaches the
+    /// file) or when the disk was full (a frame cut short is never recovered).
+    public var mayHaveCommitted: Bool {
+        duringCommit && primaryCode == SQLITE_IOERR && code != SQLITE_IOERR | (3 << 8)
+    }
 
     /// A short kind for logs: the SQLite result code's name.
     public var kind: String { String(cString: sqlite3_errstr(code)) }

@@ -88,6 +88,12 @@ public final class DatabaseQueue: @unchecked Sendable {
         try readerLock.withLock { _ in try reader.read(body) }
     }
 
+    /// Makes the writer's next `count` WAL syncs fail after their frames are written, as on a disk whose
+    /// fsync fails (for tests).
+    func failWALSyncs(_ count: Int) {
+        queue.sync { CoalescingVFS.failSyncs(count, of: writer.walFile()) }
+    }
+
     /// Closes both connections after the writer has finished what it was given.
     public func close() {
         queue.sync { writer.close() }

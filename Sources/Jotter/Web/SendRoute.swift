@@ -107,7 +107,7 @@ struct SendRoute: Sendable {
             case .failure(.outcomeUnknown):
                 var response = HTTPResponse.error(
                     503, code: "storage_outcome_unknown",
-                    message: "The server lost its database while storing the memo, which may be stored: "
+                    message: "The server's database failed while storing the memo, which may be stored: "
                         + "send it again with the same Idempotency-Key to find out.")
                 response.headers.add(name: "Retry-After", value: "30")
                 respond(response)
