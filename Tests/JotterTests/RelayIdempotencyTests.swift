@@ -269,6 +269,40 @@ import Testing
         #expect(try fixture.delivered(body: "cut once") == 1, "stored once, sent once")
     }
 
+    /// PostgreSQL: the message is stored, then the connection drops while the relay records it as the
+    /// device's (`relay_messages`). A `202` then would leave its status a `404` for good, which its composer
+    /// reads as "delivered and forgotten" and erases its copy. So the answer is `503 storage_outcome_unknown`
+    /// past the key's lease, and the retry after it finds the message, records it, and its status is readable.
+    @Test(.enabled(if: PostgresCluster.available, "needs PostgreSQL"))
+    func aMessageStoredButNotRecordedAsTheDevicesIsNotAnsweredAccepted() throws {
+        let directory = TemporaryDirectory()
+        let slot = CommitCutterSlot()
+        let fixture = try Fixture(.postgres) { configuration in
+            guard case .postgres(let url) = configuration.store,
+                  let cutter = try? CommitCutter(url: url, directory: directory.file("cutter"),
+                                                 dropOn: "INSERT INTO relay_messages") else { return }
+            slot.value = cutter
+            configuration.store = .postgres(url: cutter.url)
+        }
+        defer {
+            fixture.stop()
+            slot.value?.stop()
+        }
+        let cutter = try #require(slot.value, "the proxy started")
+        cutter.arm()
+        let lost = try fixture.send(key: "unrecorded", subject: "Mine", body: "stored, not yet recorded")
+        #expect(cutter.cuts == 1, "the connection dropped while recording the message")
+        #expect(lost.status == 503 && lost.errorCode == "storage_outcome_unknown", "\(lost.text)")
+        #expect(lost.header("Retry-After") == "31", "after the key's 30-second lease")
+        fixture.scheduler.clock.advance(milliseconds: 30_000)
+        let retried = try fixture.send(key: "unrecorded", subject: "Mine", body: "stored, not yet recorded")
+        #expect(retried.status == 202, "\(retried.text)")
+        let id = try #require(fixture.id(retried))
+        #expect(TestServer.waitUntil(timeout: 20) { fixture.relay.status(fixture.secret, of: id) == "sent" },
+                "the message is the device's: its status is readable")
+        #expect(try fixture.delivered(body: "stored, not yet recorded") == 1, "stored once, sent once")
+    }
+
     /// One node (SQLite): the data directory's lock proves the process that held a key is gone, so the
     /// restart frees it at once. Several nodes (PostgreSQL): a restarting node cannot tell its own
     /// reservations from another node's live ones, so the key waits out its lease (30 s).

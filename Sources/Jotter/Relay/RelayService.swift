@@ -289,11 +289,18 @@ public final class RelayService: Sendable {
                     try store.completeMessage(deviceID: deviceID, keyHash: idempotency?.keyHash, messageID: id,
                                               now: clock.nowMilliseconds())
                 } catch {
-                    // The message is durable: it is accepted. Its key stays reserved until the lease
-                    // runs out; a retry then takes it over and the outbox answers with this message.
+                    // The message is stored (and will be sent), but not yet recorded as this device's: a
+                    // 202 now would leave its status a 404 for good, which its composer takes for
+                    // "delivered and forgotten", erasing its own copy even if the relay fails it. So it
+                    // is "may be stored": its key stays reserved until the lease runs out, and the retry
+                    // then takes it over, finds this message in the outbox and records it.
                     logger.error("recording an accepted message failed", metadata: [
                         "message.id": id, "error.kind": DeliveryWorker.kind(of: error),
                     ])
+                    var failure = StorageFailure(diskFull: false, outcomeUnknown: true)
+                    failure.retryAfterSeconds = (leaseUntil - now + 999) / 1000 + 1
+                    failure.stored = idempotency == nil ? .message : .keyedMessage
+                    return completion(.failure(failure))
                 }
                 logger.info("message accepted", metadata: ["device.id": deviceID, "message.id": id])
                 completion(.success(.accepted(id: id, limits: limits)))

@@ -11,8 +11,10 @@ final class CommitCutter: Sendable {
     private let directory: String
     private let process: FixtureProcess
 
-    /// A proxy in front of `upstream` (`postgres://user@127.0.0.1:PORT/name`), its files in `directory`.
-    init(url upstream: String, directory: String) throws {
+    /// A proxy in front of `upstream` (`postgres://user@127.0.0.1:PORT/name`), its files in `directory`;
+    /// with `dropOn`, armed, it closes the connection instead of passing on the next statement holding
+    /// that text (the server rolls its transaction back), rather than losing a COMMIT's answer.
+    init(url upstream: String, directory: String, dropOn: String? = nil) throws {
         guard let host = upstream.range(of: "@127.0.0.1:"),
               let slash = upstream[host.upperBound...].firstIndex(of: "/"),
               let port = Int(upstream[host.upperBound..<slash]) else {
@@ -22,17 +24,17 @@ final class CommitCutter: Sendable {
         self.directory = directory
         process = try FixtureProcess(script: "pg_commit_cutter.py",
                                      arguments: ["--upstream-port", String(port), "--arm-file", directory + "/armed",
-                                                 "--record", directory + "/cuts"],
+                                                 "--record", directory + "/cuts"] + (dropOn.map { ["--drop-on", $0] } ?? []),
                                      errorPath: directory + "/cutter.stderr")
         url = String(upstream[..<host.lowerBound]) + "@127.0.0.1:\(process.port)" + String(upstream[slash...])
     }
 
-    /// The next COMMIT after a message is inserted loses its answer.
+    /// The next COMMIT after a message is inserted loses its answer (with `dropOn`: the next such statement is dropped).
     func arm() {
         _ = FileManager.default.createFile(atPath: directory + "/armed", contents: nil)
     }
 
-    /// How many COMMIT answers were lost so far.
+    /// How many COMMIT answers were lost (or statements dropped) so far.
     var cuts: Int {
         guard let text = try? String(contentsOfFile: directory + "/cuts", encoding: .utf8) else { return 0 }
         return text.split(separator: "\n").count
