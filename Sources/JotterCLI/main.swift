@@ -179,13 +179,13 @@ case .serve(var configuration):
                                          lan: application.lanInfo) {
         print(line)
     }
-    // A journal keeps what a terminal forgets: no address, user name or live pairing link goes there.
-    let journal = ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)
-    print("Delivering to " + (journal ? RelayURL.withoutPeople(application.destination) : application.destination))
+    // Addresses, the user name and the live pairing link only for a person at a terminal: a journal, a
+    // log file or `docker logs` keeps what a terminal forgets, for anyone who reads it later (`jotter pair`
+    // makes a link on demand).
+    let terminal = isatty(1) == 1 && !ProcessEnvironment.writesToJournal(descriptor: 1, environment: environment)
+    print("Delivering to " + (terminal ? application.destination : RelayURL.withoutPeople(application.destination)))
     if let lan = application.lanInfo {
-        // The live pairing link and its code only for a person at a terminal: a journal, a log file or
-        // `docker logs` would keep them for anyone who reads it later (`jotter pair` makes a link on demand).
-        print(LANBanner.text(lan, host: configuration.http.host, showsPairing: !journal && isatty(1) == 1))
+        print(LANBanner.text(lan, host: configuration.http.host, showsPairing: terminal))
         application.setOnLANChange { lan in
             print(LANBanner.changedText(lan))
             fflush(nil)

@@ -680,23 +680,42 @@ enum Drip {
     }
 }
 
-/// Under systemd, `serve`'s standard output is the journal, which keeps it: the start lines name no
-/// person (the SMTP user, the recipient), as the log never does.
+/// `serve`'s standard output names a person (the SMTP user, the recipient) only to a terminal: the
+/// journal under systemd, a log file, a pipe or `docker logs` keep it, as the log never may.
 @Suite struct JournalOutputTests {
-    @Test func theStartLinesForTheJournalNameNoPerson() throws {
+    enum Output { case terminal, pipe, journal }
+
+    @Test func theStartLinesNameAPersonOnlyToATerminal() throws {
         let directory = TemporaryDirectory()
-        /// The second line `serve` prints; `journal`: its standard output is named by JOURNAL_STREAM.
-        func start(journal: Bool) throws -> String {
+        /// The second line `serve` prints to `output` (a journal: a pipe named by JOURNAL_STREAM).
+        func start(_ output: Output) throws -> String {
             let pipe = Pipe()
+            var reading = pipe.fileHandleForReading, writing = pipe.fileHandleForWriting
+            if output == .terminal {
+                // A pseudo-terminal, as posix_openpt/unlockpt/ptsname make one (Swift imports none of them,
+                // nor the ioctl macros: TIOCSPTLCK and TIOCGPTN as Linux defines them on x86_64 and arm64).
+                let primary = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+                var unlock: CInt = 0, number: CInt = 0
+                #expect(primary >= 0 && ioctl(primary, 0x4004_5431, &unlock) == 0
+                        && ioctl(primary, 0x8004_5430, &number) == 0)
+                let secondary = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+                try #require(secondary >= 0)
+                var settings = termios()
+                tcgetattr(secondary, &settings)
+                settings.c_oflag &= ~tcflag_t(OPOST)  // lines end in "\n", as from a pipe
+                tcsetattr(secondary, TCSANOW, &settings)
+                reading = FileHandle(fileDescriptor: primary, closeOnDealloc: true)
+                writing = FileHandle(fileDescriptor: secondary, closeOnDealloc: true)
+            }
             var info = stat()
-            #expect(fstat(pipe.fileHandleForWriting.fileDescriptor, &info) == 0)
+            #expect(fstat(writing.fileDescriptor, &info) == 0)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: LiveServerTests.JotterBinary.path)
-            process.arguments = ["serve", "--port", "0", "--data-dir", directory.file("data"), "--relay",
+            process.arguments = ["serve", "--port", "0", "--data-dir", directory.file("data-\(output)"), "--relay",
                                  "smtp://ana%40example.com:pw@127.0.0.1:1?tls=none&to=bo@example.com"]
             process.environment = LiveServerTests.JotterBinary.environment()
-                .merging(journal ? ["JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)"] : [:]) { $1 }
-            process.standardOutput = pipe
+                .merging(output == .journal ? ["JOURNAL_STREAM": "\(info.st_dev):\(info.st_ino)"] : [:]) { $1 }
+            process.standardOutput = writing
             process.standardError = FileHandle.nullDevice
             try process.run()
             defer {
@@ -704,14 +723,16 @@ enum Drip {
                 process.waitUntilExit()
             }
             var lines: [String] = []
-            while lines.count < 2, let line = LiveServerTests.JotterBinary.readLine(pipe.fileHandleForReading.fileDescriptor, timeout: 60) {
+            while lines.count < 2, let line = LiveServerTests.JotterBinary.readLine(reading.fileDescriptor, timeout: 60) {
                 lines.append(line)
             }
             return lines.last ?? ""
         }
-        let terminal = try start(journal: false)
+        let terminal = try start(.terminal)
         #expect(terminal == "Delivering to smtp://127.0.0.1:1 as ana@example.com → bo@example.com", "\(terminal)")
-        let journal = try start(journal: true)
-        #expect(journal == "Delivering to smtp://127.0.0.1:1", "\(journal)")
+        for output in [Output.pipe, .journal] {
+            let line = try start(output)
+            #expect(line == "Delivering to smtp://127.0.0.1:1", "\(output): \(line)")
+        }
     }
 }
