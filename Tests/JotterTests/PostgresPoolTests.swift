@@ -87,4 +87,42 @@ struct PostgresPoolTests {
         }
         #expect(TestServer.waitUntil(timeout: 20) { others() == 0 }, "\(others()) connections left open")
     }
+
+    /// A database (or role) set to `bytea_output = escape` by its administrator: the relay still reads its
+    /// sealed values and key hashes (it read none, and said the node's key was the wrong one).
+    @Test func byteaIsReadWhateverTheDatabaseSaysItsOutputIs() async throws {
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        let administrator = try PostgresConnection(url: database.url)
+        _ = try administrator.execute("ALTER DATABASE \"\(database.name)\" SET bytea_output = 'escape'")
+        let connection = try PostgresConnection(url: database.url)
+        #expect(try connection.execute("SELECT '\\x00ff41'::bytea").first?.bytes(0) == [0x00, 0xFF, 0x41])
+        let directory = TemporaryDirectory()
+        let key = try SymmetricKey.random()
+        let outbox = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"),
+                                        listening: false)
+        let id = try await outbox.enqueue(MemoDraft(subject: "escaped", body: "read back")).id
+        outbox.close()
+        let again = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"), listening: false)
+        defer { again.close() }
+        let claimed = try again.claimDue(limit: 10, leaseMilliseconds: 60_000)
+        #expect(claimed.map(\.id) == [id])
+        #expect(claimed.first?.content?.body == "read back")
+    }
+
+    /// A server that stops answering must not hold a node for ever: unless the URL says otherwise, a
+    /// connection gives up connecting after 10 s and on a peer that stopped acknowledging.
+    @Test func connectionsGetTimeoutsUnlessTheURLSetsThem() throws {
+        let plain = PostgresConnection.withDefaults("postgres://jotter@127.0.0.1:5432/relay")
+        #expect(plain == "postgres://jotter@127.0.0.1:5432/relay?connect_timeout=10&keepalives=1&keepalives_idle=30"
+                + "&keepalives_interval=10&keepalives_count=3&tcp_user_timeout=60000")
+        let own = PostgresConnection.withDefaults("postgresql://db.example/relay?sslmode=require&connect_timeout=3")
+        #expect(own.hasPrefix("postgresql://db.example/relay?sslmode=require&connect_timeout=3&keepalives=1&"))
+        #expect(!own.contains("connect_timeout=10"))
+        #expect(PostgresConnection.withDefaults("host=127.0.0.1 dbname=relay") == "host=127.0.0.1 dbname=relay")
+        // libpq takes them: a real connection with every default added.
+        let database = try SharedPostgres.database()
+        defer { database.drop() }
+        #expect(try PostgresConnection(url: database.url).execute("SELECT 1").first?.int64(0) == 1)
+    }
 }

@@ -89,7 +89,9 @@ final class PostgresConnection {
     init(url: String) throws(Failure) {
         let library = try Self.opened(PostgresLibrary.shared)
         let pq = library.functions
-        guard let connection = jotter_PQconnectdb(pq, url) else { throw Failure(sqlState: nil, kind: "connect") }
+        guard let connection = jotter_PQconnectdb(pq, Self.withDefaults(url)) else {
+            throw Failure(sqlState: nil, kind: "connect")
+        }
         guard jotter_PQstatus(pq, connection) == CONNECTION_OK else {
             var failure = Failure(sqlState: nil, kind: "connect")
             failure.reason = Self.reason(jotter_PQerrorMessage(pq, connection), connecting: url)
@@ -103,6 +105,28 @@ final class PostgresConnection {
         // may quote a row. The failures that matter reach the caller as `Failure`, by SQLSTATE.
         jotter_PQsetNoticeProcessor(pq, connection, { _, _ in }, nil)
         _ = try execute("SET client_min_messages = warning")
+        // `bytes` reads bytea's hex form; a database or role set to `escape` would make every sealed value
+        // and key hash unreadable (a wrong-key refusal at start, every device's secret refused).
+        _ = try execute("SET bytea_output = hex")
+    }
+
+    /// libpq's defaults wait without end for a server that does not answer: a host gone from the network
+    /// held every request and a node's shutdown until TCP gave up, many minutes on. So, unless `url` says
+    /// otherwise: at most 10 s to connect, and a connection whose server stops acknowledging (keepalives
+    /// unanswered for about a minute, or data unacknowledged for a minute) fails, and is replaced.
+    static func withDefaults(_ url: String) -> String {
+        let defaults = [("connect_timeout", "10"), ("keepalives", "1"), ("keepalives_idle", "30"),
+                        ("keepalives_interval", "10"), ("keepalives_count", "3"), ("tcp_user_timeout", "60000")]
+        // Only a URI has a query to extend (a `key=value` connection string is taken as it is).
+        guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else { return url }
+        let query = url.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+        let named = Set(query.split(separator: "&").map {
+            $0.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0]
+        })
+        let added = defaults.filter { !named.contains(Substring($0.0)) }.map { "\($0.0)=\($0.1)" }
+        guard !added.isEmpty else { return url }
+        return url + (url.contains("?") ? (query.isEmpty || url.hasSuffix("&") ? "" : "&") : "?")
+            + added.joined(separator: "&")
     }
 
     deinit {
