@@ -8,6 +8,7 @@ import Testing
     @Test(arguments: [
         ("ja,en;q=0.8", "ja"), ("en-US,en;q=0.9", "en"), ("zh-TW", "zh-Hant"), ("zh-HK,zh;q=0.9", "zh-Hant"),
         ("zh-Hant-TW", "zh-Hant"), ("zh-CN", "zh-Hans"), ("zh", "zh-Hans"), ("zh-Hans-SG", "zh-Hans"),
+        ("zh-Hans-HK", "zh-Hans"), ("zh-Hans-TW", "zh-Hans"), ("zh-Hant-CN", "zh-Hant"),
         ("pt-BR,pt;q=0.9", "pt"), ("fr-CA", "fr"), ("de;q=0.2, ar;q=0.9", "ar"), ("nl, it;q=0.5", "it"),
         ("*", "en"), ("nl", "en"), ("", "en"), ("ko;q=0, es", "es"), ("KO", "ko"), ("ru_RU", "ru"),
     ])

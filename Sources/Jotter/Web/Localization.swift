@@ -83,7 +83,10 @@ struct Localization: Sendable {
         let subtags = lowered.split(separator: "-").map(String.init)
         guard let primary = subtags.first else { return nil }
         if primary == "zh" {
-            let traditional = subtags.contains("hant") || subtags.contains(where: { ["tw", "hk", "mo"].contains($0) })
+            // A script subtag decides (`zh-Hans-HK` is Simplified, read in Hong Kong); only without one does
+            // the region tell.
+            let traditional = subtags.contains("hant")
+                || (!subtags.contains("hans") && subtags.contains(where: { ["tw", "hk", "mo"].contains($0) }))
             let tag = traditional ? "zh-Hant" : "zh-Hans"
             return available.contains(tag) ? tag : nil
         }
