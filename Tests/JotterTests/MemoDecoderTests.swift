@@ -184,6 +184,26 @@ import Testing
         #expect(memo == MemoDecoder.Memo(subject: nil, body: "the memo"))
     }
 
+    /// A part that says its text is encoded is refused, not stored as its encoding ("aGVsbG8=" for "hello");
+    /// one that says it is not (7bit, 8bit, binary: what some clients send anyway) is taken as it is.
+    @Test(arguments: ["base64", "Quoted-Printable", " x-uuencode"])
+    func multipartEncodedPartIsRefused(encoding: String) {
+        let body = Self.multipart(boundary: Self.curlBoundary, parts: [
+            (["Content-Disposition: form-data; name=\"body\"", "Content-Transfer-Encoding: \(encoding)"], "aGVsbG8="),
+        ])
+        let error = Self.failure(Self.curlType, Array(body.utf8))
+        #expect(error?.status == 400, "\(String(describing: error))")
+    }
+
+    @Test func multipartUnencodedPartIsTaken() throws {
+        let body = Self.multipart(boundary: Self.curlBoundary, parts: [
+            (["Content-Disposition: form-data; name=\"subject\"", "Content-Transfer-Encoding: 8BIT"], "Grüße"),
+            (["Content-Disposition: form-data; name=\"body\"", "content-transfer-encoding: binary"], "as it is"),
+            (["Content-Disposition: form-data; name=\"file\"", "Content-Transfer-Encoding: base64"], "aWdub3JlZA=="),
+        ])
+        #expect(try Self.decode(Self.curlType, body) == MemoDecoder.Memo(subject: "Grüße", body: "as it is"))
+    }
+
     @Test func multipartValueWithCRLFAndDashes() throws {
         let value = "first\r\nsecond\r\n--not-the-boundary\r\n-- \r\nlast"
         let body = Self.multipart(boundary: Self.curlBoundary, parts: [Self.field("body", value)])

@@ -178,7 +178,15 @@ public enum MemoDecoder {
             let contentStart = headerEnd + 4
             guard let next = find([13, 10] + delimiter, in: bytes, from: contentStart) else { throw malformed }
             let content = bytes[contentStart..<next]
-            switch partName(headers) {
+            let name = header("Content-Disposition", in: headers).flatMap { MediaType($0).parameters["name"] }
+            // RFC 7578 deprecates the header, but a client that sends one (base64, quoted-printable) means
+            // the text is encoded: stored as it came, the memo would be its encoding.
+            if name == "body" || name == "subject",
+               let encoding = header("Content-Transfer-Encoding", in: headers)?.trimmingASCIISpaces(),
+               !["7bit", "8bit", "binary"].contains(where: { String(encoding).caseInsensitiveEquals($0) }) {
+                throw .undecodable("A part's Content-Transfer-Encoding is not decoded here: send its text as it is.")
+            }
+            switch name {
             case "body":
                 guard body == nil else { throw .repeatedField("body") }
                 body = try text(content)
@@ -195,12 +203,12 @@ public enum MemoDecoder {
         return Memo(subject: subject, body: body ?? "")
     }
 
-    /// The `name` parameter of a part's `Content-Disposition: form-data` header.
-    private static func partName(_ headers: String) -> String? {
+    /// The value of a part's header `name` (the first, if repeated).
+    private static func header(_ name: String, in headers: String) -> String? {
         for line in headers.split(separator: "\r\n") {
             let parts = line.split(separator: ":", maxSplits: 1)
-            guard parts.count == 2, String(parts[0]).caseInsensitiveEquals("Content-Disposition") else { continue }
-            return MediaType(String(parts[1])).parameters["name"]
+            guard parts.count == 2, String(parts[0]).caseInsensitiveEquals(name) else { continue }
+            return String(parts[1])
         }
         return nil
     }
