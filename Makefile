@@ -2,8 +2,10 @@
 # Both install the Debian packages they need first (as root, or through sudo).
 
 SWIFT ?= swift
-PORT ?= 7373
-HOST ?= 127.0.0.1
+# Empty: the server's own defaults (127.0.0.1, or every interface with --lan; port 7373), and
+# JOTTER_HOST/JOTTER_PORT, decide. Set, they are passed as --host/--port.
+PORT ?=
+HOST ?=
 ARGS ?=
 
 # What building and running needs.
@@ -24,7 +26,7 @@ BENCH_PACKAGES = nginx-light wrk python3 python3-aiosmtpd chromium strace
 .PHONY: run build test deps test-deps postgres-deps clean bench fuzz interop
 
 run: build
-	.build/release/jotter serve --host $(HOST) --port $(PORT) $(ARGS)
+	.build/release/jotter serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT)) $(ARGS)
 
 build: deps
 	$(SWIFT) build -c release --product jotter

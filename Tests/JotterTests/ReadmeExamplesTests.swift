@@ -33,4 +33,24 @@ import Testing
             #expect(throws: Never.self, "\(example)") { _ = try RelayURL(example) }
         }
     }
+
+    /// `make run ARGS="--lan"` (the README's way to serve phones) listens on every interface: the Makefile
+    /// passed `--host 127.0.0.1` always, which outranks `--lan`'s default, and `JOTTER_PORT` likewise.
+    @Test(arguments: [([String](), "0.0.0.0", 7373), (["HOST=192.0.2.1"], "192.0.2.1", 7373),
+                      (["PORT=8080"], "0.0.0.0", 8080)])
+    func makeRunPassesOnlyWhatIsSet(variables: [String], host: String, port: Int) throws {
+        let clean = ["-u", "HOST", "-u", "PORT", "-u", "MAKEFLAGS", "-u", "MAKELEVEL"]
+        let make = try Command.run("/usr/bin/env", clean + variables + ["make", "-s", "-n", "run", "ARGS=--lan"],
+                                   in: Repository.root)
+        #expect(make.status == 0, "\(make.errors)")
+        let line = try #require(make.output.split(separator: "\n").last { $0.contains("jotter serve") })
+        let arguments = line.split(separator: " ").map(String.init).drop { !$0.hasSuffix("jotter") }.dropFirst()
+        guard case .serve(let configuration) = try CommandLineOptions.parse(Array(arguments), environment: [:],
+                                                                           sourceRoot: Repository.root) else {
+            Issue.record("not serve: \(line)")
+            return
+        }
+        #expect(configuration.http.host == host, "\(line)")
+        #expect(configuration.http.port == port, "\(line)")
+    }
 }
