@@ -189,6 +189,29 @@ import Testing
         #expect(unit.contains("ReadWritePaths=\(directory.path) \(cwd)/vault/inbox"), "\(unit)")
     }
 
+    /// A percent-encoded folder (`Obsidian%20Vault`, or a Maildir's `%3F`) is the folder the server writes
+    /// (`Obsidian Vault`): the unit lets the service write there, and install makes that folder, not one
+    /// named `Obsidian%20Vault` (the real vault was read-only to the service, and every memo failed).
+    @Test func aPercentEncodedFolderIsTheFolderTheServerWrites() throws {
+        let directory = TemporaryDirectory()
+        let vault = directory.file("Obsidian Vault")
+        let environment = ["XDG_CONFIG_HOME": directory.file("config"), "HOME": directory.path]
+        let configuration = try Self.configuration(["--data-dir", directory.file("data"),
+                                                    "--relay", "markdown:" + directory.file("Obsidian%20Vault")])
+        #expect(try RelayURL(try #require(configuration.relay)).destination == "markdown:" + vault)
+        let unit = ServiceCommand.unit(binary: "/usr/bin/jotter", configuration: configuration,
+                                       relayFile: directory.file("data/relay"))
+        let line = unit.split(separator: "\n").first { $0.hasPrefix("ReadWritePaths=") } ?? ""
+        #expect(line.hasSuffix(" " + ServiceCommand.quoted(vault)), "\(line)")
+        _ = try ServiceCommand.run(.install, binary: "/usr/bin/jotter", configuration: configuration,
+                                   environment: environment, settle: {}) { words in
+            (0, words[0] == "is-active" ? "active\n" : "")
+        }
+        #expect(FileManager.default.fileExists(atPath: vault))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("Obsidian%20Vault")))
+        #expect(ServiceCommand.localPath("maildir:/srv/mail/what%3F") == "/srv/mail/what?")
+    }
+
     /// `~/…` is the home folder wherever a path is given — a relay's vault for the service, the data
     /// directory of serve, relay, devices, rekey and pair — as `serve` already read a relay's Maildir:
     /// made absolute against the working directory, it was a folder named `~` there, and a data

@@ -71,11 +71,12 @@ public enum ServiceCommand {
         return lines.joined(separator: "\n")
     }
 
-    /// `maildir:PATH` and `markdown:PATH` write to PATH.
+    /// `maildir:PATH` and `markdown:PATH` write to PATH, as the server reads it (percent-decoded:
+    /// `Obsidian%20Vault` is the folder `Obsidian Vault`); nil for a relative path.
     static func localPath(_ relay: String) -> String? {
         for scheme in ["maildir:", "markdown:"] where relay.lowercased().hasPrefix(scheme) {
-            let path = relay.dropFirst(scheme.count).prefix(while: { $0 != "?" })
-            return path.hasPrefix("/") ? String(path) : nil
+            let path = RelayURL.folder(relay.dropFirst(scheme.count).prefix(while: { $0 != "?" }))
+            return path.hasPrefix("/") ? path : nil
         }
         return nil
     }

@@ -58,6 +58,13 @@ public struct RelayURL: Sendable {
     /// A Jotter relay's account (its device secret and verified address), for `jotter+https://`.
     private(set) var jotterRelay: JotterRelayAccount?
 
+    /// The folder a `maildir:` or `markdown:` URL names, from what follows its scheme up to `?`: after an
+    /// optional `//`, percent-decoded (`Obsidian%20Vault` is `Obsidian Vault`), not yet made absolute.
+    static func folder(_ text: Substring) -> String {
+        let raw = text.hasPrefix("//") ? text.dropFirst(2) : text
+        return URLParts.percentDecoded(raw) ?? String(raw)
+    }
+
     /// Parses `relay` and builds its transport. `relayRecipients`: each message will carry its own
     /// recipient (a Jotter relay's mail), so a missing `to=` is not asked for.
     public init(_ relay: String, relayRecipients: Bool = false) throws {
@@ -69,8 +76,7 @@ public struct RelayURL: Sendable {
         switch scheme {
         case "maildir", "markdown":
             let pieces = rest.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
-            let raw = pieces[0].hasPrefix("//") ? pieces[0].dropFirst(2) : pieces[0]
-            let given = URLParts.percentDecoded(raw) ?? String(raw)
+            let given = Self.folder(pieces[0])
             guard !given.isEmpty else { throw Failure.missingPath(scheme: scheme) }
             let path = try Self.absolutePath(given)
             // Parsing creates nothing: the transport creates its folders in `prepare()` or on first delivery.
