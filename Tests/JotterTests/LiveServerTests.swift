@@ -1131,13 +1131,14 @@ extension LiveServerTests {
 
         /// Runs the binary (or another `executable`) to completion, killed after `timeout` seconds.
         /// `input`, when given, is written to its standard input (else it reads /dev/null).
+        /// `environment` is added to the test's own, without its `JOTTER_` settings.
         static func run(_ arguments: [String], executable: String = path, input: [UInt8]? = nil,
-                        timeout: Double = 30) throws -> Finished {
+                        environment extra: [String: String] = [:], timeout: Double = 30) throws -> Finished {
             try #require(FileManager.default.isExecutableFile(atPath: executable), "not found or not built: \(executable)")
             let process = Process()
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments
-            process.environment = environment()
+            process.environment = environment().merging(extra) { $1 }
             process.currentDirectoryURL = URL(fileURLWithPath: NSTemporaryDirectory())
             let output = Pipe(), errors = Pipe()
             process.standardOutput = output

@@ -264,6 +264,20 @@ import Testing
         #expect(try server.outbox.history.acceptedCount() == 1)
     }
 
+    /// `JOTTER_CA` is for HTTPS: left set (for a LAN server, say), it does not stop a send to a plain-HTTP
+    /// server, which has no certificate to check (it exited 64, "cannot read the CA file").
+    @Test func theCAFromTheEnvironmentIsForHTTPSOnly() throws {
+        let environment = ["JOTTER_CA": "/nonexistent/ca.pem", "HOME": "/nonexistent"]
+        #expect(CommandLineOptions.defaultCA(url: "http://127.0.0.1:7373", environment: environment) == nil)
+        #expect(CommandLineOptions.defaultCA(url: "HTTPS://192.0.2.1:7373", environment: environment) == "/nonexistent/ca.pem")
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let sent = try LiveServerTests.JotterBinary.run(["send", "--url", "http://127.0.0.1:\(server.port)", "plain"],
+                                                        environment: ["JOTTER_CA": "/nonexistent/ca.pem"], timeout: 60)
+        #expect(sent.status == 0, "\(sent.standardError)")
+    }
+
     /// The answer is lost on its way back after the server stored the memo: the client must not say
     /// "nothing was sent", and must say how to send it again so that it is taken at most once.
     @Test func aLostAnswerSaysTheMemoMayBeStoredAndHowToSendItOnce() throws {

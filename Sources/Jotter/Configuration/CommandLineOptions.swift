@@ -423,12 +423,14 @@ public enum CommandLineOptions {
         return .send(options)
     }
 
-    /// The CA for `jotter send`/`history` when `--ca` is not given: `JOTTER_CA`, else, for an `https://`
-    /// server on this machine, the default data directory's own (`tls/ca.pem`, as `serve --lan` makes it).
-    /// A remote server keeps the system's trust.
+    /// The CA for `jotter send`/`history` when `--ca` is not given, for an `https://` server only (plain
+    /// HTTP has no certificate: a `JOTTER_CA` left set for another server stopped it with "cannot read the CA
+    /// file"): `JOTTER_CA`, else, for a server on this machine, the default data directory's own
+    /// (`tls/ca.pem`, as `serve --lan` makes it). A remote server keeps the system's trust.
     static func defaultCA(url: String, environment: [String: String]) -> String? {
+        guard url.lowercased().hasPrefix("https://") else { return nil }
         if let given = environment["JOTTER_CA"], !given.isEmpty { return given }
-        guard url.lowercased().hasPrefix("https://"), let host = URLParts(url)?.host, Loopback.contains(host: host) else {
+        guard let host = URLParts(url)?.host, Loopback.contains(host: host) else {
             return nil
         }
         let path = Configuration.defaultDataDirectory(environment: environment) + "/tls/ca.pem"
