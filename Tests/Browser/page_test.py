@@ -25,6 +25,7 @@ Scenarios:
   privacy   the tab is hidden (another tab in front), then shown again
   nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
   undo      the server holds memos for an undo window: send, press Undo, the text comes back
+  undo_superseded  Undo retires when the next memo is sent, before that memo's POST is answered
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
   two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
@@ -940,6 +941,56 @@ def scenario_undo_unreachable(page, url, result):
     result["body_has_memo"] = page.evaluate("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo))
 
 
+
+UNDO_SHOWN = "!document.getElementById('undo').hidden"
+
+
+def held(page, since, timeout=10):
+    """The DevTools id of the first request paused by the Fetch domain at event index `since` or later."""
+    return page.wait_event("Fetch.requestPaused", since=since, timeout=timeout)["requestId"]
+
+
+def scenario_undo_superseded(page, url, result):
+    """Undo shows for memo A; memo B is sent while its POST is held (slow Wi-Fi, the server briefly
+    away): A's Undo goes at once, and pressing where it was takes nothing back. Then memo C's 204 comes
+    while D, sent after C, is still held: no Undo for C. D's own 204 brings Undo, and it takes D back."""
+    ready(page, url)
+    result["a"] = send_new_memo(page, {}, "Memo A")
+    result["undo_for_a"] = wait(page, UNDO_SHOWN, 15)
+    page.send("Fetch.enable", {"patterns": [{"urlPattern": "*/send*", "requestStage": "Request"}]})
+    since = len(page.events)
+    result["b"] = send_new_memo(page, {}, "Memo B")
+    b = held(page, since)
+    result["undo_while_b_held"] = page.evaluate(UNDO_SHOWN)
+    if result["undo_while_b_held"]:   # what the user does with the button still there
+        page.click(*page.center_of("#undo"))
+        try:
+            page.wait_for_response(lambda r: r["method"] == "DELETE", timeout=10)
+        except cdp.CDPError:
+            pass
+    result["body_while_b_held"] = text_of(page, "body")
+    page.send("Fetch.continueRequest", {"requestId": b})
+    result["undo_for_b"] = wait(page, OUTBOX_EMPTY + " && " + UNDO_SHOWN, 15)
+
+    since = len(page.events)
+    result["c"] = send_new_memo(page, {}, "Memo C")
+    c = held(page, since)
+    result["undo_while_c_held"] = page.evaluate(UNDO_SHOWN)
+    result["d"] = d_memo = send_new_memo(page, {}, "Memo D")   # waits behind C in the outbox
+    since = len(page.events)
+    page.send("Fetch.continueRequest", {"requestId": c})
+    d = held(page, since)   # C's 204 has been handled: the page only posts D after it
+    result["undo_while_d_held"] = page.evaluate(UNDO_SHOWN)
+    page.send("Fetch.continueRequest", {"requestId": d})
+    page.send("Fetch.disable")
+    result["undo_for_d"] = wait(page, OUTBOX_EMPTY + " && " + UNDO_SHOWN, 15)
+    if result["undo_for_d"]:
+        page.click(*page.center_of("#undo"))
+        wait(page, "document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(d_memo), 10)
+    result["body"] = text_of(page, "body")
+    result["deletes"] = [r for r in page.requests if r["method"] == "DELETE"]
+
+
 def scenario_two_tabs(page, url, result):
     """Two tabs of one browser: tab A queues memos while sends fail; then, sends working again, tab B
     drains the backlog while A adds more. Every memo must reach the server, each once."""
@@ -1184,6 +1235,7 @@ SCENARIOS = {
     "comeback": scenario_comeback,
     "undo_unreachable": scenario_undo_unreachable,
     "undo_late": scenario_undo_late,
+    "undo_superseded": scenario_undo_superseded,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,
     "undo": scenario_undo,

@@ -386,6 +386,38 @@ struct BrowserTests {
         #expect(seen["requests_after"].array.count == 1)
     }
 
+    @Test("Sending a memo retires the previous memo's Undo at once, even while the new memo's POST is held")
+    func undoIsOnlyForTheNewestMemo() throws {
+        let directory = TemporaryDirectory()
+        let transport = ControlledTransport(.deliver)
+        let server = try TestServer(dataDirectory: directory.path, transport: transport) { $0.undoMilliseconds = 60_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo_superseded", server: server, maildir: false, timeout: 90)
+        Self.expectClean(seen)
+        #expect(seen["undo_for_a"].bool == true, "no Undo for the first memo")
+        // B is on its way (its POST held): A's Undo is gone, and nothing took A back.
+        #expect(seen["undo_while_b_held"].bool == false, "Undo for the memo before stayed while B was on its way")
+        #expect(seen["body_while_b_held"].string == "", "\(seen["body_while_b_held"])")
+        #expect(seen["undo_for_b"].bool == true, "no Undo once B's 204 came")
+        #expect(seen["undo_while_c_held"].bool == false)
+        // C's 204 came after D was sent: no Undo for C.
+        #expect(seen["undo_while_d_held"].bool == false, "C's late 204 offered Undo while D, sent after it, was held")
+        #expect(seen["undo_for_d"].bool == true, "no Undo once D's 204 came")
+        let d = try #require(seen["d"].string)
+        #expect(seen["body"].string == d, "\(seen["body"])")
+        let deletes = seen["deletes"].array
+        #expect(deletes.count == 1, "\(deletes)")
+        #expect(deletes.first?["status"].int == 200)
+        // Only D is taken back; A, B and C stay in the server's hands.
+        let records = try server.outbox.history.latest(limit: 10)
+        #expect(records.count == 4)
+        let cancelled = records.filter { $0.status == .cancelled }
+        #expect(cancelled.count == 1, "\(records.map(\.status))")
+        #expect(cancelled.first.map { deletes.first?["url"].string?.hasSuffix("/history/" + $0.id) == true } == true,
+                "the DELETE was not for D: \(deletes)")
+        #expect(records.filter { $0.status == .queued }.count == 3, "\(records.map(\.status))")
+    }
+
     @Test("A memo a Jotter relay has taken but not delivered shows in History as on its way, and why")
     func aMemoAtTheRelayShowsAsOnItsWay() throws {
         let directory = TemporaryDirectory()
