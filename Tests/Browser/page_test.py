@@ -26,6 +26,7 @@ Scenarios:
   nojs      script execution disabled: type, click Send, the form posts, 303 brings back an empty page
   undo      the server holds memos for an undo window: send, press Undo, the text comes back
   undo_superseded  Undo retires when the next memo is sent, before that memo's POST is answered
+  undo_portal  Undo's DELETE answered by a captive portal's 200 page (DevTools Fetch domain)
   share     opened as a Web Share Target (?title&text&url): the text waits in the page, unsent
   relay     the server's relay refuses: send, the page's relay line appears; History says why memos wait
   two_tabs  tab A queues 30 memos while sends fail; tab B drains them while A sends 15 more
@@ -991,6 +992,23 @@ def scenario_undo_superseded(page, url, result):
     result["deletes"] = [r for r in page.requests if r["method"] == "DELETE"]
 
 
+def scenario_undo_portal(page, url, result):
+    """Undo's DELETE is answered by a captive portal's 200 page, not by the server: the text comes back,
+    and the page says the memo may still go (it does), not that it is back."""
+    ready(page, url)
+    memo = send_new_memo(page, result, "Taken back through a portal")
+    result["undo_shown"] = wait(page, UNDO_SHOWN, 15)
+    portal = (200, "text/html", "<!doctype html><title>Sign in to the Wi-Fi</title><form>…</form>")
+    gate = SendGate(page, [portal], pattern="*/history/*")
+    page.click(*page.center_of("#undo"))
+    gate.wait("document.getElementById('state').dataset.s === 'undo_unsure'"
+              " && document.getElementById('state').textContent !== ''", timeout=15)
+    result["given"] = gate.given
+    result["state"] = page.evaluate(
+        "(n => ({code: n.dataset.s || '', text: n.textContent}))(document.getElementById('state'))")
+    result["body_has_memo"] = page.evaluate("document.getElementById('body').value.indexOf(%s) >= 0" % json.dumps(memo))
+    result["live"] = page.evaluate("document.getElementById('live').textContent")
+
 def scenario_two_tabs(page, url, result):
     """Two tabs of one browser: tab A queues memos while sends fail; then, sends working again, tab B
     drains the backlog while A adds more. Every memo must reach the server, each once."""
@@ -1236,6 +1254,7 @@ SCENARIOS = {
     "undo_unreachable": scenario_undo_unreachable,
     "undo_late": scenario_undo_late,
     "undo_superseded": scenario_undo_superseded,
+    "undo_portal": scenario_undo_portal,
     "relay_pending": scenario_relay_pending,
     "share": scenario_share,
     "undo": scenario_undo,

@@ -418,6 +418,23 @@ struct BrowserTests {
         #expect(records.filter { $0.status == .queued }.count == 3, "\(records.map(\.status))")
     }
 
+    @Test("Undo answered by a captive portal's 200 page puts the text back but says the memo may still go")
+    func undoAnsweredByAPortalIsNotTakenForTheServers() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.path) { $0.undoMilliseconds = 120_000 }
+        defer { server.stop() }
+        let seen = try Self.drive("undo_portal", server: server, maildir: false, timeout: 60)
+        Self.expectClean(seen)
+        #expect(seen["undo_shown"].bool == true, "no Undo button")
+        #expect(seen["given"].array.compactMap(\.int) == [200], "\(seen["given"])")
+        let strings = try Self.translations("en")
+        #expect(seen["state"]["code"].string == "undo_unsure", "\(seen["state"])")
+        #expect(seen["state"]["text"].string == strings["state_undo_unsure"])
+        #expect(seen["body_has_memo"].bool == true, "the text came back")
+        #expect(seen["live"].string != strings["announce_restored"], "a screen reader heard that the memo is back")
+        #expect(try server.outbox.history.counts()[.queued] == 1, "the server still holds it, as the page says")
+    }
+
     @Test("A memo a Jotter relay has taken but not delivered shows in History as on its way, and why")
     func aMemoAtTheRelayShowsAsOnItsWay() throws {
         let directory = TemporaryDirectory()
