@@ -456,11 +456,14 @@ public final class DeliveryWorker: @unchecked Sendable {
                 }
                 if outbox.leasesAreShared { progresses[id]?.stop(atMonotonicMilliseconds: stopAt) }
             } catch is DeliveryLifecycle.Refusal {
+                sending[id] = nil
+                // This attempt's own outcome is written (its slot has not cleared `sending` yet): nothing
+                // was lost. (Saying "another node took it over" here suggested a memo sent twice.)
+                guard settling.withLock({ $0.contains(id) }) else { continue }
                 // Another node's now: a send not handed over yet stops (that node sends it), and this
                 // attempt's outcome, whatever it is, is not recorded over the other's.
                 if progresses[id]?.isHandedOver == false { progresses[id]?.requestStop() }
                 logger.warning("lease lost: another node took the memo over", metadata: ["message.id": id])
-                sending[id] = nil
             } catch {
                 // Unconfirmed: the send stops when the lease it has runs out (`leaseStopAt`).
                 logger.error("renewing a lease failed", metadata: ["message.id": id, "error.kind": Self.kind(of: error)])
