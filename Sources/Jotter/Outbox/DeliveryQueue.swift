@@ -52,7 +52,8 @@ public protocol DeliveryQueue: AnyObject, Sendable {
     /// When the earliest scheduled attempt is due (or a lease runs out), or nil if nothing waits.
     func nextDueAt() throws -> Int64?
 
-    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms).
+    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms), and whatever the store
+    /// still keeps of text erased before (SQLite's WAL); the worker calls it once a minute.
     func purgeSubjects(deliveredBefore cutoff: Int64) throws
 
     /// Memos accepted before `cutoff` (epoch ms) and still not delivered, oldest first, at most `limit`.

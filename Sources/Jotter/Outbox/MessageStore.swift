@@ -124,6 +124,7 @@ struct MessageStore: Sendable {
     /// Writes `lifecycle` for memo `id`, provided it is still in status `from` (a transition is decided
     /// on what was read in the same transaction; this guards against a caller that did not).
     func persist(_ lifecycle: DeliveryLifecycle, id: String, from: DeliveryStatus, in database: Database) throws {
+        if lifecycle.erasesBody { database.noteErasure() }
         try database.run(Self.persistQuery, [
             .text(lifecycle.status.rawValue), .integer(Int64(lifecycle.attempts)),
             .integer(Int64(lifecycle.backoffStep)), Self.value(lifecycle.nextAttemptAt),
@@ -187,6 +188,7 @@ struct MessageStore: Sendable {
 
     /// Forgets one memo's subject (a memo taken back keeps nothing of its text).
     func eraseSubject(id: String, in database: Database) throws {
+        database.noteErasure()
         try database.run(Self.eraseSubjectQuery, [.text(id)])
     }
 
@@ -196,6 +198,7 @@ struct MessageStore: Sendable {
     /// Through the index of kept subjects, so the minutely purge reads only what it erases.
     func purgeSubjects(deliveredBefore cutoff: Int64, in database: Database) throws {
         try database.run(Self.purgeQuery, [.integer(cutoff)])
+        if database.changes > 0 { database.noteErasure() }
     }
 
     static let purgeQuery = """

@@ -420,8 +420,12 @@ public final class Outbox: MessageOutbox {
         try database.read { try store.nextDueAt(in: $0) }
     }
 
-    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms).
+    /// Forgets retained subjects of memos delivered before `cutoff` (epoch ms); then, if memo text was
+    /// erased since the last time (delivered bodies, subjects, memos taken back or forgotten), empties the
+    /// WAL that still holds it (`DatabaseQueue.truncateWALAfterErasure`; a reader in the way leaves it to
+    /// the next purge). The delivery worker calls it once a minute.
     public func purgeSubjects(deliveredBefore cutoff: Int64) throws {
+        defer { database.truncateWALAfterErasure() }
         try database.write(durable: false) { try store.purgeSubjects(deliveredBefore: cutoff, in: $0) }
     }
 }
@@ -452,6 +456,8 @@ extension Outbox {
                 DELETE FROM messages WHERE (status = 'sent' OR status = 'cancelled' OR (? AND status = 'failed'))
                     AND COALESCE(delivered_at, created_at) < ?
                 """, [.integer(failedToo ? 1 : 0), .integer(cutoff)])
+            // A failed message still has its sealed body (the purge empties the WAL of it).
+            if database.changes > 0 { database.noteErasure() }
             return database.changes
         }
     }

@@ -98,6 +98,21 @@ public final class Database {
         if isClosed { throw DatabaseError(code: SQLITE_MISUSE, message: "the database is closed", sql: sql) }
     }
 
+    /// A write on this connection erased memo text (`noteErasure`) since `DatabaseQueue` last emptied the
+    /// WAL: the pages that held it are still in earlier frames of the WAL until then.
+    private(set) var erasedSinceWALTruncation = false
+
+    /// Records that the write under way erases memo text (a body, a subject, a message deleted), so that
+    /// `DatabaseQueue.truncateWALAfterErasure` empties the WAL that still holds it.
+    func noteErasure() {
+        erasedSinceWALTruncation = true
+    }
+
+    /// The WAL was emptied: nothing erased before is left in it.
+    func noteWALTruncated() {
+        erasedSinceWALTruncation = false
+    }
+
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     public var changes: Int {
         Int(sqlite3_changes(connection))

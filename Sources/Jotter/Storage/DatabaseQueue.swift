@@ -88,6 +88,33 @@ public final class DatabaseQueue: @unchecked Sendable {
         try readerLock.withLock { _ in try reader.read(body) }
     }
 
+    /// Empties the WAL (`PRAGMA wal_checkpoint(TRUNCATE)`) when a write erased memo text since it was last
+    /// emptied; returns false when it could not be emptied yet (call again later). `secure_delete` zeroes
+    /// erased text in the database file, but the WAL keeps every earlier version of a page in frames of
+    /// its own: a delivered memo's sealed body stayed in `jotter.db-wal` for the next 150 to 200 memos, and
+    /// a copy of the data directory (the key beside it) gave it back. Not after every commit: a WAL
+    /// truncated and grown again costs each commit that grows it a sync of the file's size too.
+    ///
+    /// On the writer queue, so accepts wait behind it: it copies the WAL's frames not yet in the database
+    /// (at most the auto-checkpoint's 1,000 pages, 4 MiB), syncs the database file and truncates the WAL,
+    /// which is milliseconds on an idle disk. It does not wait for a reader (busy_timeout 0 meanwhile): a
+    /// reader still using the WAL (a history page being read, the daily integrity check) leaves it to the
+    /// next call.
+    @discardableResult
+    public func truncateWALAfterErasure() -> Bool {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        return queue.sync {
+            guard writer.erasedSinceWALTruncation else { return true }
+            guard (try? writer.execute("PRAGMA busy_timeout = 0")) != nil else { return false }
+            defer { try? writer.execute("PRAGMA busy_timeout = 5000") }
+            // One row: whether a reader or writer was in the way (1), the WAL's frames, the frames copied.
+            let blocked = try? writer.statement("PRAGMA wal_checkpoint(TRUNCATE)").firstRow { $0.int64(0) }
+            guard blocked == 0 else { return false }
+            writer.noteWALTruncated()
+            return true
+        }
+    }
+
     /// Makes the writer's next `count` WAL syncs fail after their frames are written, as on a disk whose
     /// fsync fails (for tests).
     func failWALSyncs(_ count: Int) {
