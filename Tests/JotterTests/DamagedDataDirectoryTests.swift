@@ -75,15 +75,44 @@ import Testing
         #expect(try server.outbox.history.acceptedCount() == 1)
     }
 
+    /// A zero-byte `jotter.db` where an outbox was made (the marker says so) was truncated: refused, not
+    /// started as an empty outbox.
     @Test func aZeroByteDatabaseIsRefusedNotStartedAsAnEmptyOutbox() throws {
         let directory = TemporaryDirectory()
         let data = directory.file("data")
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
         #expect(FileManager.default.createFile(atPath: data + "/jotter.db", contents: Data()))
+        #expect(FileManager.default.createFile(atPath: data + "/outbox-created", contents: Data()))
         let error = try #require(throws: DataDirectory.Failure.self) { _ = try TestServer(dataDirectory: data) }
-        #expect("\(error)".contains("0 bytes"))
+        #expect("\(error)".contains("0 bytes") && "\(error)".contains("restore it from your backup")
+                && "\(error)".contains(data + "/outbox-created"), "\(error)")
         #expect(!Self.exists(data + "/key"), "nothing created")
         #expect((try? FileManager.default.attributesOfItem(atPath: data + "/jotter.db")[.size] as? Int) == 0)
+    }
+
+    /// A first start cut short (a full disk, a kill) after SQLite created `jotter.db` and before it wrote
+    /// its first page leaves it empty, and no marker: it never held anything, and the next start makes it
+    /// the outbox. Before, every start refused it ("restore it from your backup").
+    @Test func aZeroByteDatabaseLeftByAFirstStartCutShortBecomesTheOutbox() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        _ = try KeyStore.load(path: data + "/key")  // the first start makes the key before the database
+        try Database(path: data + "/jotter.db").close()  // SQLite creates the file before its first page
+        #expect((try? FileManager.default.attributesOfItem(atPath: data + "/jotter.db")[.size] as? Int) == 0)
+        #expect(!Self.exists(data + "/outbox-created"))
+        let devices = try #require(throws: CommandLineOptions.UsageError.self) {
+            _ = try DevicesCommand.run(dataDirectory: data, action: .list)
+        }
+        #expect("\(devices)".contains("no Jotter data"), "\(devices)")
+        let server = try TestServer(dataDirectory: data)
+        #expect(try server.request("POST", "/", headers: [("Content-Type", "text/plain")],
+                                   body: Array("the first memo".utf8)).status == 204)
+        server.stop()
+        #expect(Self.exists(data + "/outbox-created"))
+        let again = try TestServer(dataDirectory: data)
+        defer { again.stop() }
+        #expect(try again.outbox.history.acceptedCount() == 1)
     }
 
     /// `jotter devices` (and `pair`, which shares its opening) on a truncated or replaced database refuses

@@ -80,6 +80,10 @@ public enum DevicesCommand {
         // A truncated or replaced database is refused as the server refuses it: opened here, it would be
         // made a new, empty outbox, and the server's "restore it from your backup" would never be said.
         try DataDirectory.checkDatabase(in: directory)
+        // An empty `jotter.db` the marker does not call an outbox: a first start that was cut short.
+        guard DataDirectory.holdsData(databasePath: directory + "/jotter.db") else {
+            throw CommandLineOptions.UsageError(description: "no Jotter data in \(directory) (see --data-dir)")
+        }
         guard DataDirectory.schemaVersion(databasePath: directory + "/jotter.db").map({ $0 > 0 }) ?? true else {
             throw CommandLineOptions.UsageError(description: "\(directory)/jotter.db holds no Jotter outbox: "
                 + "was it replaced? Restore it from your backup")

@@ -9,7 +9,7 @@ public final class DataDirectory: Sendable {
         case locked(path: String)
         case missing(path: String)
         case databaseGone(path: String, marker: String)
-        case databaseEmpty(path: String)
+        case databaseEmpty(path: String, marker: String)
         case databaseReplaced(path: String, marker: String)
         /// A file of the database (`jotter.db`, its `-wal` or `-shm`), or the directory, this process may
         /// not write: SQLite would say "attempt to write a readonly database" without naming it.
@@ -29,9 +29,9 @@ public final class DataDirectory: Sendable {
             case .databaseGone(let path, let marker):
                 return "\(path) is missing or empty, but this data directory held an outbox before: restore "
                     + "jotter.db from your backup (to start afresh with an empty outbox instead, delete \(marker))"
-            case .databaseEmpty(let path):
-                return "\(path) is empty (0 bytes), so it holds no outbox; restore it from your backup, "
-                    + "or delete it to start with an empty outbox"
+            case .databaseEmpty(let path, let marker):
+                return "\(path) is empty (0 bytes), but this data directory held an outbox before: restore it from "
+                    + "your backup (to start afresh with an empty outbox instead, delete it and \(marker))"
             case .databaseReplaced(let path, let marker):
                 return "\(path) holds no outbox, but this data directory held one before: was the file replaced? "
                     + "Restore jotter.db from your backup (to start afresh with an empty outbox instead, delete \(marker))"
@@ -149,9 +149,11 @@ public final class DataDirectory: Sendable {
     /// missing is noticed instead of silently replaced by an empty one.
     public var markerPath: String { path + "/outbox-created" }
 
-    /// Refuses to go on when the database is gone or truncated: a zero-byte `jotter.db` (SQLite never
-    /// leaves one), or no usable database where the marker says one was. Otherwise writes the marker
-    /// when it is missing (first start, or a data directory from before the marker).
+    /// Refuses to go on when the marker says an outbox was made here and the database is gone, truncated
+    /// to zero bytes, or holds no outbox. A zero-byte `jotter.db` without the marker is a first start cut
+    /// short (SQLite creates the file before it writes a page; a full disk or a kill then leaves it
+    /// empty): it never held anything, and SQLite makes it the new outbox. (The marker is written by
+    /// `markDatabaseCreated` once the outbox has opened.)
     public func checkDatabase() throws {
         try Self.checkDatabase(in: path)
     }
@@ -170,8 +172,10 @@ public final class DataDirectory: Sendable {
         }
         var info = stat()
         let present = stat(databasePath, &info) == 0
-        if present && info.st_size == 0 { throw Failure.databaseEmpty(path: databasePath) }
         let marked = access(markerPath, F_OK) == 0
+        if present && info.st_size == 0 && marked {
+            throw Failure.databaseEmpty(path: databasePath, marker: markerPath)
+        }
         if !present && marked {
             throw Failure.databaseGone(path: databasePath, marker: markerPath)
         }
