@@ -84,7 +84,7 @@ public final class Application: Sendable {
         try dataDirectory.checkDatabase()
         let credentialKey = credentialsDirectory.map(KeyStore.credentialPath(in:))
         let key = try KeyStore.load(path: dataDirectory.keyPath, credentialPath: credentialKey,
-                                    protecting: dataDirectory.databasePath)
+                                    protecting: dataDirectory.databasePath, replacingCutShort: true)
         // Told to `jotter rekey`, which runs from a shell without CREDENTIALS_DIRECTORY: the key that
         // counts is the credential, and rotating the data directory's copy would lock the service out.
         Rekey.markCredentialKey(dataDirectory: dataDirectory.path,

@@ -248,6 +248,30 @@ import Testing
         #expect(error == .wrongLength(path: data + "/key", length: 1000))
     }
 
+    /// A first start cut off while it wrote the key (a kill, a power loss before the key's fsync) leaves
+    /// a short `key` and no outbox: the next start replaces it and serves. Before, every start refused it
+    /// ("restore the key file"), though nothing was ever sealed with it. Next to an outbox, a key cut
+    /// short is refused and left for the restore.
+    @Test func aKeyCutShortByAFirstStartIsReplacedButNeverNextToMemos() throws {
+        let directory = TemporaryDirectory()
+        let data = directory.file("data")
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: data + "/key", contents: Data(),
+                                               attributes: [.posixPermissions: 0o600]))
+        let server = try TestServer(dataDirectory: data)
+        #expect(try server.request("POST", "/", headers: [("Content-Type", "text/plain")],
+                                   body: Array("after the key was made again".utf8)).status == 204)
+        server.stop()
+        #expect(FileManager.default.contents(atPath: data + "/key")?.count == 32)
+
+        let (withMemo, memoData) = try Self.dataDirectoryWithAMemo()
+        _ = withMemo
+        #expect(truncate(memoData + "/key", 0) == 0)
+        let error = try #require(throws: KeyStore.Failure.self) { _ = try TestServer(dataDirectory: memoData) }
+        #expect(error == .wrongLength(path: memoData + "/key", length: 0))
+        #expect(FileManager.default.contents(atPath: memoData + "/key")?.count == 0, "left for the restore")
+    }
+
     @Test func aMaildirThatCannotBeCreatedStopsTheStart() throws {
         let directory = TemporaryDirectory()
         #expect(FileManager.default.createFile(atPath: directory.file("a-file"), contents: Data("x".utf8)))

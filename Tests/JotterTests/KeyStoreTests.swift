@@ -101,6 +101,50 @@ import Testing
         #expect(FileManager.default.contents(atPath: path)?.count == length, "never overwritten")
     }
 
+    /// A key file cut short before anything was sealed with it (a first start killed while writing it):
+    /// replaced by a whole new key, through a temporary file renamed into place, while the database holds
+    /// nothing (none yet, or the zero-byte file a failed first start leaves).
+    @Test(arguments: [0, 1, 31], [false, true])
+    func aKeyCutShortBeforeAnyDataIsReplaced(length: Int, emptyDatabase: Bool) throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("key"), database = directory.file("jotter.db")
+        try Self.writeFile(path, Array(repeating: 0xAB, count: length), mode: 0o600)
+        if emptyDatabase { #expect(FileManager.default.createFile(atPath: database, contents: Data())) }
+        let key = try KeyStore.load(path: path, protecting: database, replacingCutShort: true)
+        let contents = try #require(FileManager.default.contents(atPath: path))
+        #expect(contents.count == 32 && Set(contents).count > 1, "32 random bytes")
+        #expect(Self.permissions(path) == 0o600)
+        #expect(!FileManager.default.fileExists(atPath: path + ".tmp"))
+        #expect(try Self.sameKey(key, KeyStore.load(path: path, protecting: database, replacingCutShort: true)),
+                "the new key is kept from then on")
+    }
+
+    /// Next to a database that holds data, a short key is refused and left as it is, whatever the caller
+    /// allows: memos may be sealed with the key that belongs there. Without `replacingCutShort` (a relay
+    /// whose data is in PostgreSQL) it is refused too, and a key too long is never replaced.
+    @Test func aShortKeyNextToDataOrNotAllowedToBeReplacedIsRefusedAndKept() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("key"), database = directory.file("jotter.db")
+        try Self.writeFile(path, Array(repeating: 0xAB, count: 16), mode: 0o600)
+        #expect(throws: KeyStore.Failure.wrongLength(path: path, length: 16)) {
+            try KeyStore.load(path: path, protecting: database)
+        }
+        try Self.writeFile(path, Array(repeating: 0xAB, count: 33), mode: 0o600)
+        #expect(throws: KeyStore.Failure.wrongLength(path: path, length: 33)) {
+            try KeyStore.load(path: path, protecting: database, replacingCutShort: true)
+        }
+        let data = try Database(path: database)
+        try data.execute("CREATE TABLE memos (x BLOB); INSERT INTO memos VALUES (x'00')")
+        data.close()
+        for length in [0, 16] {
+            try Self.writeFile(path, Array(repeating: 0xAB, count: length), mode: 0o600)
+            #expect(throws: KeyStore.Failure.wrongLength(path: path, length: length)) {
+                try KeyStore.load(path: path, protecting: database, replacingCutShort: true)
+            }
+            #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0xAB, count: length), "never overwritten")
+        }
+    }
+
     @Test func credentialTakesPrecedenceOverTheDataDirectoryKey() throws {
         let directory = TemporaryDirectory()
         let keyPath = directory.file("key")

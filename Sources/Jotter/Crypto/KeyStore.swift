@@ -44,35 +44,87 @@ public enum KeyStore {
     /// The key at `credentialPath` if that file exists, else the one at `path`, created if missing
     /// unless `protecting` names a database that holds memos (a new key could never open them: the
     /// real key must be restored, and a stray new one would be in the way).
-    public static func load(path: String, credentialPath: String? = nil,
-                            protecting databasePath: String? = nil) throws -> SymmetricKey {
+    ///
+    /// With `replacingCutShort` (a start whose data is all in the database `protecting` names), a key
+    /// file shorter than a key is replaced by a new key while that database holds nothing: it is a first
+    /// start cut off while writing it (a kill, a power loss before its fsync), and nothing
+    /// was sealed with it, for nothing is sealed before that fsync. Kept, it stopped every later start
+    /// ("restore the key file"), though there was nothing to restore. Not for a relay whose store is
+    /// PostgreSQL: its data is not in that database.
+    public static func load(path: String, credentialPath: String? = nil, protecting databasePath: String? = nil,
+                            replacingCutShort: Bool = false) throws -> SymmetricKey {
         if let credentialPath, access(credentialPath, F_OK) == 0 {
             return try read(path: credentialPath, checkMode: false)
         }
         if let databasePath, access(path, F_OK) != 0, errno == ENOENT, DataDirectory.holdsData(databasePath: databasePath) {
             throw Failure.missing(path: path, databasePath: databasePath)
         }
+        if replacingCutShort, let databasePath, isCutShort(path), !DataDirectory.holdsData(databasePath: databasePath) {
+            return try replace(path)
+        }
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd >= 0 {
             defer { close(fd) }
-            let key = try SymmetricKey.random()
-            var failure: SystemError?
-            key.withUnsafeBytes { bytes in
-                do throws(SystemError) {
-                    try FileIO.writeAll(fd, bytes)
-                    guard fsync(fd) == 0 else { throw SystemError.current }
-                } catch {
-                    failure = error
-                }
-            }
-            if let failure {
+            do {
+                return try writeNewKey(fd, path: path)
+            } catch {
                 unlink(path)
-                throw Failure.io(path: path, errno: failure.code)
+                throw error
             }
-            return key
         }
         guard errno == EEXIST else { throw Failure.io(path: path, errno: errno) }
         return try read(path: path, checkMode: true)
+    }
+
+    /// Whether `path` is a regular file (not a link to one) shorter than a key.
+    private static func isCutShort(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_size < SymmetricKey.byteCount
+    }
+
+    /// A new key in place of the one cut short at `path`: written to `path.tmp`, synced, renamed over
+    /// `path` and the directory synced, so that `path` holds the old bytes or the whole new key, never less.
+    private static func replace(_ path: String) throws -> SymmetricKey {
+        let temporary = path + ".tmp"
+        unlink(temporary)  // left by a replacement cut off in turn
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Failure.io(path: temporary, errno: errno) }
+        let key: SymmetricKey
+        do {
+            defer { close(fd) }
+            key = try writeNewKey(fd, path: temporary)
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw Failure.io(path: path, errno: code)
+        }
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        do {
+            try FileIO.syncDirectory(directory.isEmpty ? "/" : directory)
+        } catch {
+            throw Failure.io(path: directory, errno: error.code)
+        }
+        return key
+    }
+
+    /// Writes a new random key to `fd` and syncs it; `path` names the file in a failure.
+    private static func writeNewKey(_ fd: Int32, path: String) throws -> SymmetricKey {
+        let key = try SymmetricKey.random()
+        var failure: SystemError?
+        key.withUnsafeBytes { bytes in
+            do throws(SystemError) {
+                try FileIO.writeAll(fd, bytes)
+                guard fsync(fd) == 0 else { throw SystemError.current }
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw Failure.io(path: path, errno: failure.code) }
+        return key
     }
 
     private static func read(path: String, checkMode: Bool) throws -> SymmetricKey {

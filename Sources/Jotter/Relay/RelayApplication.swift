@@ -44,7 +44,8 @@ public final class RelayApplication: Sendable {
         if configuration.store == .sqlite { try dataDirectory.checkDatabase() }
         let key = try KeyStore.load(path: dataDirectory.keyPath,
                                     credentialPath: credentialsDirectory.map(KeyStore.credentialPath(in:)),
-                                    protecting: dataDirectory.databasePath)
+                                    protecting: dataDirectory.databasePath,
+                                    replacingCutShort: configuration.store == .sqlite)
         let mail = configuration.mail ?? "maildir:" + dataDirectory.maildirPath
         mailFingerprint = Array(mail.utf8)
         let relay = try RelayURL(Self.withRecipientPlaceholder(mail), relayRecipients: true)
