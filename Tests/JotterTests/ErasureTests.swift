@@ -59,6 +59,32 @@ import Testing
         #expect(try Self.sealed(delivered, in: outbox).isEmpty, "the subject purged")
     }
 
+    /// A reader still in the WAL (another connection's open read, as the daily integrity check's) keeps it
+    /// from being emptied: the purge does not wait for it (the writer, and so every accept, would wait
+    /// with it), and the next purge empties the WAL once the reader is done.
+    @Test func aReaderInTheWayPutsItOffToTheNextPurgeWithoutWaiting() async throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("jotter.db")
+        let clock = ManualClock()
+        let outbox = try Outbox(path: path, key: SymmetricKey.random(), clock: clock)
+        defer { outbox.close() }
+        let id = try await outbox.enqueue(MemoDraft(body: "read while it is erased")).id
+        let blobs = Array(try Self.sealed(id, in: outbox).prefix(1))  // its body (the subject stays 7 days)
+        #expect(try outbox.claimDue(limit: 1, maxBytes: .max, leaseMilliseconds: 60_000, excluding: []).map(\.id) == [id])
+        try outbox.markSent(id: id)
+        let reader = try Database(path: path)
+        defer { reader.close() }
+        try reader.execute("BEGIN")
+        #expect(try reader.statement("SELECT COUNT(*) FROM messages").firstRow { $0.int64(0) } == 1)
+        let started = Date()
+        try outbox.purgeSubjects(deliveredBefore: 0)
+        #expect(Date().timeIntervalSince(started) < 2, "it did not wait for the reader (busy_timeout is 5 s)")
+        #expect(Self.kept(blobs, by: path).count == 1, "the reader still sees the WAL the body is in")
+        try reader.execute("COMMIT")
+        try outbox.purgeSubjects(deliveredBefore: 0)
+        #expect(Self.kept(blobs, by: path).count == 0, "gone at the next purge")
+    }
+
     /// A relay's outbox (no subjects kept): a failed message it forgets is gone from the WAL at the next purge.
     @Test func aMessageTheRelayForgetsIsGoneFromTheWALAfterThePurge() async throws {
         let directory = TemporaryDirectory()
