@@ -101,7 +101,7 @@ public final class DatabaseQueue: @unchecked Sendable {
     /// reader still using the WAL (a history page being read, the daily integrity check) leaves it to the
     /// next call.
     @discardableResult
-    public func truncateWALAfterErasure() -> Bool {
+    func truncateWALAfterErasure() -> Bool {
         dispatchPrecondition(condition: .notOnQueue(queue))
         return queue.sync {
             guard writer.erasedSinceWALTruncation else { return true }
