@@ -218,7 +218,9 @@ public final class Application: Sendable {
             worker.stop()
             outbox.close()
             dataDirectory.unlock()
-            if let failure = error as? DeliveryFailure { throw StartFailure.relayNotReady(kind: failure.kind.rawValue) }
+            if let failure = error as? DeliveryFailure {
+                throw StartFailure.relayNotReady(kind: failure.kind.rawValue, hint: failure.hint)
+            }
             throw error
         }
     }
@@ -287,13 +289,15 @@ public final class Application: Sendable {
     public enum StartFailure: Error, CustomStringConvertible {
         case interruptedRekey(path: String)
         /// The relay's destination cannot be used (a Maildir folder that cannot be created, say).
-        case relayNotReady(kind: String)
+        case relayNotReady(kind: String, hint: String?)
 
         public var description: String {
             switch self {
             case .interruptedRekey(let path):
                 return "\(path) exists: a 'jotter rekey' was interrupted; run 'jotter rekey' again to finish it"
-            case .relayNotReady(let kind):
+            case .relayNotReady(let kind, let hint?):
+                return "the relay's destination cannot be used (\(kind)): \(hint)"
+            case .relayNotReady(let kind, nil):
                 return "the relay's destination cannot be used (\(kind)): check the path or URL given with --relay"
             }
         }

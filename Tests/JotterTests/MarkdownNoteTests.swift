@@ -115,6 +115,47 @@ import Testing
         #expect((try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int) == 0o644)
     }
 
+    /// A symlink another user put where today's note goes is not followed: it would have memos (whose
+    /// text anyone on this machine may post) appended to any file this process may write. The memo
+    /// waits, retried, and the file the link names is untouched. (Needs root, to make the link another
+    /// user's.)
+    @Test(.enabled(if: geteuid() == 0, "needs root to give a symlink to another user"))
+    func aSymlinkAnotherUserMadeIsNotFollowed() throws {
+        let directory = TemporaryDirectory()
+        let vault = directory.file("vault")
+        try FileManager.default.createDirectory(atPath: vault, withIntermediateDirectories: true)
+        let victim = directory.file("victim.txt")
+        try "root's own file\n".write(toFile: victim, atomically: false, encoding: .utf8)
+        let day = MarkdownTransport.localDayAndTime(milliseconds: Self.date).day
+        try FileManager.default.createSymbolicLink(atPath: vault + "/\(day).md", withDestinationPath: victim)
+        #expect(lchown(vault + "/\(day).md", 65534, 65534) == 0)
+        #expect {
+            _ = try MarkdownTransport(folder: vault).send(Self.memo("planted", "anyone may post this"))
+        } throws: { error in
+            guard let failure = error as? DeliveryFailure else { return false }
+            return failure.kind == .configuration && !failure.isPermanent && failure.hint?.contains("symlink") == true
+        }
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "root's own file\n")
+    }
+
+    /// A vault or Maildir every user may write in is refused at start, with what to do: another user
+    /// could put today's note (or a file name) there first as a symlink.
+    @Test func aFolderEveryUserMayWriteInIsRefusedAtStart() throws {
+        let directory = TemporaryDirectory()
+        for (relay, folder) in [("markdown:", "vault"), ("maildir:", "mail")] {
+            let path = directory.file(folder)
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            #expect(chmod(path, 0o777) == 0)
+            let started = try LiveServerTests.JotterBinary.run(
+                ["serve", "--port", "0", "--data-dir", directory.file("data-" + folder), "--relay", relay + path], timeout: 60)
+            #expect(started.status == 1, "\(started.standardOutput)")
+            #expect(started.standardError.contains("\(path) may be written by every user"), "\(started.standardError)")
+            #expect(chmod(path, 0o755) == 0)
+        }
+        // Its own folder, or one its group shares on purpose, is the user's choice.
+        #expect(throws: Never.self) { try MarkdownTransport(folder: directory.file("vault")).prepare() }
+    }
+
     @Test func theLayoutIsTheNoteTakersOwn() throws {
         let directory = TemporaryDirectory()
         let relay = try RelayURL("markdown:\(directory.path)?file=%Y/%m/%Y-%m-%d.md&heading=%H:%M %a")

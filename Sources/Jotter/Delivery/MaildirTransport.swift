@@ -18,12 +18,8 @@ public struct MaildirTransport: Transport {
 
     /// Creates the Maildir and its `tmp`, `new` and `cur` (mode 0700) where missing.
     public func prepare() throws(DeliveryFailure) {
-        do {
-            for folder in ["", "/tmp", "/new", "/cur"] {
-                try DataDirectory.makeDirectories(path + folder, mode: 0o700)
-            }
-        } catch {
-            throw DeliveryFailure(.io, permanent: false)
+        for folder in ["", "/tmp", "/new", "/cur"] {
+            try DataDirectory.prepareDeliveryFolder(path + folder)
         }
     }
 

@@ -48,13 +48,9 @@ public final class MarkdownTransport: Transport {
         self.headingPattern = heading
     }
 
-    /// Creates the folder (0700) if it is missing.
+    /// Creates the folder (0700) if it is missing; refuses one every user may write in.
     public func prepare() throws(DeliveryFailure) {
-        do {
-            try DataDirectory.makeDirectories(folder, mode: 0o700)
-        } catch {
-            throw DeliveryFailure(.io, permanent: false)
-        }
+        try DataDirectory.prepareDeliveryFolder(folder)
     }
 
     static func marker(_ id: String) -> String { "<!-- jotter:\(id) -->" }
@@ -148,7 +144,17 @@ public final class MarkdownTransport: Transport {
                     throw DeliveryFailure(.io, permanent: false)
                 }
             }
-            // Opened once, following a symlink to the real note, created 0600 when new.
+            // Opened once, following a symlink to the real note, created 0600 when new — but only a symlink
+            // this user (or root) made: one another user put there would have memos written into any file
+            // this process may write.
+            var link = stat()
+            if lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK, link.st_uid != geteuid(), link.st_uid != 0 {
+                // Not permanent: the memo waits, retried, until the link is replaced by the note or by one of
+                // this user's own.
+                var failure = DeliveryFailure(.configuration, permanent: false)
+                failure.hint = "the note is a symlink another user made: Jotter does not follow it"
+                throw failure
+            }
             let fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw DeliveryFailure(.io, permanent: false) }
             defer { close(fd) }

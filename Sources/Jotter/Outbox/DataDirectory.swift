@@ -105,6 +105,27 @@ public final class DataDirectory: Sendable {
         return !(info.st_uid == 0 && Self.processGroups().contains(info.st_gid))
     }
 
+    /// A delivery folder outside the data directory (a Maildir, a Markdown vault), made if missing: refused
+    /// (`.configuration`, permanent, with the reason as its hint) when every user may write in it. Another
+    /// user could then put a note, or a Maildir file name, there first as a symlink to any file this
+    /// process may write, and it would write memos there. (A group-writable folder is the user's own
+    /// choice, as with a shared vault; its notes are checked one by one: see `MarkdownTransport`.)
+    static func prepareDeliveryFolder(_ path: String) throws(DeliveryFailure) {
+        do {
+            try makeDirectories(path, mode: 0o700)
+        } catch {
+            throw DeliveryFailure(.io, permanent: false)
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw DeliveryFailure(.io, permanent: false) }
+        guard info.st_mode & 0o002 == 0 else {
+            var failure = DeliveryFailure(.configuration, permanent: true)
+            failure.hint = "\(path) may be written by every user of this machine (mode \(String(info.st_mode & 0o7777, radix: 8))), "
+                + "who could make Jotter write memos into other files through it: chmod o-w it, or choose a folder of your own"
+            throw failure
+        }
+    }
+
     /// This process's groups: the effective one and the supplementary ones.
     private static func processGroups() -> Set<gid_t> {
         var groups = [gid_t](repeating: 0, count: Int(getgroups(0, nil)) + 1)
