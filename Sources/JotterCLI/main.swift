@@ -35,7 +35,9 @@ func readStandardInput(limit: Int) -> [UInt8]? {
 func serveUntilSignalled(stop: @escaping () -> Void) -> Never {
     fflush(nil)  // all streams: scripts wait for this line
     var sources: [any DispatchSourceSignal] = []
-    for signalNumber in [SIGINT, SIGTERM] {
+    // SIGHUP: the terminal it ran in was closed. Stopped as on SIGTERM: its default ended the process on
+    // the spot, mid-send (an SMTP memo whose reply was on its way then went again at the next start).
+    for signalNumber in [SIGINT, SIGTERM, SIGHUP] {
         signal(signalNumber, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .main)
         source.setEventHandler {

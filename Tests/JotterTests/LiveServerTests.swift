@@ -1253,6 +1253,16 @@ extension LiveServerTests {
             #expect(throws: (any Error).self) { try RawHTTP.request(port: port, method: "GET", path: "/healthz") }
         }
 
+        /// The terminal `make run` or `jotter serve` ran in is closed (SIGHUP): the server stops as on SIGTERM,
+        /// draining what is in flight, instead of dying on the spot mid-send (an SMTP memo then went twice).
+        @Test func aClosedTerminalStopsTheServerCleanly() throws {
+            let directory = TemporaryDirectory()
+            let server = try ServeProcess(directory: directory)
+            #expect(try RawHTTP.request(port: server.port, method: "GET", path: "/healthz").status == 200)
+            #expect(server.stop(timeout: 20, signal: SIGHUP), "did not exit 0 within 20 s of SIGHUP")
+            #expect(server.process.terminationReason == .exit, "killed by the signal")
+        }
+
         @Test(arguments: [0o644, 0o640] as [mode_t])
         func insecureKeyFileMakesTheBinaryExitWithAClearMessage(mode: mode_t) throws {
             let directory = TemporaryDirectory()

@@ -68,9 +68,9 @@ final class ServeProcess {
 
     /// SIGTERM, then waits up to `timeout` seconds (SIGKILL after that); true if it exited 0 by itself.
     @discardableResult
-    func stop(timeout: Double = 30) -> Bool {
+    func stop(timeout: Double = 30, signal: Int32 = SIGTERM) -> Bool {
         guard process.isRunning else { return false }
-        kill(process.processIdentifier, SIGTERM)
+        kill(process.processIdentifier, signal)
         let exited = TestServer.waitUntil(timeout: timeout) { !process.isRunning }
         if !exited {
             kill(process.processIdentifier, SIGKILL)
