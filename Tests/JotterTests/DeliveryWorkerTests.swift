@@ -265,7 +265,9 @@ import Testing
         let transport = ControlledTransport(.block)
         let logs = LogSink.memory()
         var configuration = DeliveryWorker.Configuration()
-        configuration.leaseMilliseconds = 6_000
+        // Long: a send not renewed stops a sixth of a lease before its end, in real time, and a loaded
+        // machine may take many seconds between the claim and the release below.
+        configuration.leaseMilliseconds = 600_000
         let worker = DeliveryWorker(outbox: queue, transport: transport, configuration: configuration,
                                     clock: scheduler.clock, scheduler: scheduler,
                                     logger: Logger(label: "delivery", sink: logs))
@@ -273,19 +275,18 @@ import Testing
         try worker.start()
         defer { worker.stop() }
         let id = try await outbox.enqueue(MemoDraft(body: "sent once, lease renewed late")).id
-        #expect(transport.waitUntilBlocked(count: 1, timeout: 20))
-        // The renewal (every 2 s) waits at the gate, holding the worker's queue, while the send ends and
-        // its outcome is written; then it goes on, and finds the memo sent.
+        try #require(transport.waitUntilBlocked(count: 1, timeout: 60))
+        // The renewal (every 200 s of the worker's clock, from its start) waits at the gate, holding the
+        // worker's queue, while the send ends and its outcome is written; then it goes on, and finds the
+        // memo sent. Time moves once, by exactly that: moved on further, the lease would run out.
         queue.gatesOnlyLazyWrites.withLock { $0 = true }
         queue.close()
-        #expect(TestServer.waitUntil(timeout: 20) {
-            scheduler.advance(milliseconds: 2_000)
-            return queue.waitUntilWaiting(timeout: 0.2)
-        })
+        scheduler.advance(milliseconds: 200_000)
+        try #require(queue.waitUntilWaiting(timeout: 60), "the renewal is at the gate")
         transport.release()
-        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.history.record(id: id))??.status == .sent })
+        #expect(TestServer.waitUntil(timeout: 60) { (try? outbox.history.record(id: id))??.status == .sent })
         queue.open()
-        #expect(TestServer.waitUntil(timeout: 20) { (try? outbox.nextDueAt()) == Int64?.none && transport.messages.count == 1 })
+        #expect(TestServer.waitUntil(timeout: 60) { (try? outbox.nextDueAt()) == Int64?.none && transport.messages.count == 1 })
         worker.stop()
         #expect(!logs.captured.contains("lease lost"), "\(logs.captured)")
         #expect(transport.messages.filter { $0.id == id }.count == 1, "sent once")
