@@ -223,6 +223,24 @@ import Testing
             .count == 1, "stored once, sent once")
     }
 
+    /// A relay on PostgreSQL reached through a `CommitCutter` (files in `directory`); stop both.
+    static func behindCutter(dropOn: String? = nil, in directory: TemporaryDirectory) throws -> (Fixture, CommitCutter) {
+        let slot = CommitCutterSlot()
+        let fixture = try Fixture(.postgres) { configuration in
+            guard case .postgres(let url) = configuration.store,
+                  let cutter = try? CommitCutter(url: url, directory: directory.file("cutter"), dropOn: dropOn) else {
+                return
+            }
+            slot.value = cutter
+            configuration.store = .postgres(url: cutter.url)
+        }
+        guard let cutter = slot.value else {
+            fixture.stop()
+            throw FixtureProcess.Failure(description: "the proxy did not start")
+        }
+        return (fixture, cutter)
+    }
+
     /// PostgreSQL: the connection drops after the COMMIT that stored a message was sent and before its
     /// answer came (`CommitCutter`). The relay cannot know whether the message is stored, says so
     /// (`503 storage_outcome_unknown`, Retry-After past the key's lease) and keeps the key reserved: a
@@ -231,18 +249,11 @@ import Testing
     @Test(.enabled(if: PostgresCluster.available, "needs PostgreSQL"))
     func aCommitWhoseAnswerWasLostIsNeitherStoredNorSentTwice() throws {
         let directory = TemporaryDirectory()
-        let slot = CommitCutterSlot()
-        let fixture = try Fixture(.postgres) { configuration in
-            guard case .postgres(let url) = configuration.store,
-                  let cutter = try? CommitCutter(url: url, directory: directory.file("cutter")) else { return }
-            slot.value = cutter
-            configuration.store = .postgres(url: cutter.url)
-        }
+        let (fixture, cutter) = try Self.behindCutter(in: directory)
         defer {
             fixture.stop()
-            slot.value?.stop()
+            cutter.stop()
         }
-        let cutter = try #require(slot.value, "the proxy started")
         cutter.arm()
         let lost = try fixture.send(key: "cut", subject: "Once", body: "cut once")
         #expect(cutter.cuts == 1, "the COMMIT's answer was lost")
@@ -276,19 +287,11 @@ import Testing
     @Test(.enabled(if: PostgresCluster.available, "needs PostgreSQL"))
     func aMessageStoredButNotRecordedAsTheDevicesIsNotAnsweredAccepted() throws {
         let directory = TemporaryDirectory()
-        let slot = CommitCutterSlot()
-        let fixture = try Fixture(.postgres) { configuration in
-            guard case .postgres(let url) = configuration.store,
-                  let cutter = try? CommitCutter(url: url, directory: directory.file("cutter"),
-                                                 dropOn: "INSERT INTO relay_messages") else { return }
-            slot.value = cutter
-            configuration.store = .postgres(url: cutter.url)
-        }
+        let (fixture, cutter) = try Self.behindCutter(dropOn: "INSERT INTO relay_messages", in: directory)
         defer {
             fixture.stop()
-            slot.value?.stop()
+            cutter.stop()
         }
-        let cutter = try #require(slot.value, "the proxy started")
         cutter.arm()
         let lost = try fixture.send(key: "unrecorded", subject: "Mine", body: "stored, not yet recorded")
         #expect(cutter.cuts == 1, "the connection dropped while recording the message")
