@@ -286,7 +286,9 @@ import Testing
         transport.release()
         #expect(TestServer.waitUntil(timeout: 60) { (try? outbox.history.record(id: id))??.status == .sent })
         queue.open()
-        #expect(TestServer.waitUntil(timeout: 60) { (try? outbox.nextDueAt()) == Int64?.none && transport.messages.count == 1 })
+        #expect(TestServer.waitUntil(timeout: 60) {
+            (try? outbox.nextDueAt()) == Int64?.none && transport.messages.count == 1
+        })
         worker.stop()
         #expect(!logs.captured.contains("lease lost"), "\(logs.captured)")
         #expect(transport.messages.filter { $0.id == id }.count == 1, "sent once")

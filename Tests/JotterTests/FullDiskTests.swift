@@ -278,7 +278,8 @@ import Testing
         let copy = directory.file("after-a-crash")
         try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
         for suffix in ["", "-wal"] {
-            try FileManager.default.copyItem(atPath: outbox.database.path + suffix, toPath: copy + "/jotter.db" + suffix)
+            try FileManager.default.copyItem(atPath: outbox.database.path + suffix,
+                                             toPath: copy + "/jotter.db" + suffix)
         }
         let recovered = try Database(path: copy + "/jotter.db")
         defer { recovered.close() }

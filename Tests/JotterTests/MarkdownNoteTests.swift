@@ -147,7 +147,8 @@ import Testing
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             #expect(chmod(path, 0o777) == 0)
             let started = try LiveServerTests.JotterBinary.run(
-                ["serve", "--port", "0", "--data-dir", directory.file("data-" + folder), "--relay", relay + path], timeout: 60)
+                ["serve", "--port", "0", "--data-dir", directory.file("data-" + folder), "--relay", relay + path],
+                timeout: 60)
             #expect(started.status == 1, "\(started.standardOutput)")
             #expect(started.standardError.contains("\(path) may be written by every user"), "\(started.standardError)")
             #expect(chmod(path, 0o755) == 0)

@@ -103,7 +103,8 @@ struct PostgresPoolTests {
                                         listening: false)
         let id = try await outbox.enqueue(MemoDraft(subject: "escaped", body: "read back")).id
         outbox.close()
-        let again = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"), listening: false)
+        let again = try PostgresOutbox(url: database.url, key: key, keyPath: directory.file("jotter.key"),
+                                       listening: false)
         defer { again.close() }
         let claimed = try again.claimDue(limit: 10, leaseMilliseconds: 60_000)
         #expect(claimed.map(\.id) == [id])

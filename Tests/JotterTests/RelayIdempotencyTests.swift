@@ -224,7 +224,8 @@ import Testing
     }
 
     /// A relay on PostgreSQL reached through a `CommitCutter` (files in `directory`); stop both.
-    static func behindCutter(dropOn: String? = nil, in directory: TemporaryDirectory) throws -> (Fixture, CommitCutter) {
+    static func behindCutter(dropOn: String? = nil,
+                             in directory: TemporaryDirectory) throws -> (Fixture, CommitCutter) {
         let slot = CommitCutterSlot()
         let fixture = try Fixture(.postgres) { configuration in
             guard case .postgres(let url) = configuration.store,

@@ -723,7 +723,8 @@ enum Drip {
                 process.waitUntilExit()
             }
             var lines: [String] = []
-            while lines.count < 2, let line = LiveServerTests.JotterBinary.readLine(reading.fileDescriptor, timeout: 60) {
+            while lines.count < 2,
+                  let line = LiveServerTests.JotterBinary.readLine(reading.fileDescriptor, timeout: 60) {
                 lines.append(line)
             }
             return lines.last ?? ""

@@ -269,7 +269,8 @@ import Testing
     @Test func theCAFromTheEnvironmentIsForHTTPSOnly() throws {
         let environment = ["JOTTER_CA": "/nonexistent/ca.pem", "HOME": "/nonexistent"]
         #expect(CommandLineOptions.defaultCA(url: "http://127.0.0.1:7373", environment: environment) == nil)
-        #expect(CommandLineOptions.defaultCA(url: "HTTPS://192.0.2.1:7373", environment: environment) == "/nonexistent/ca.pem")
+        #expect(CommandLineOptions.defaultCA(url: "HTTPS://192.0.2.1:7373", environment: environment)
+            == "/nonexistent/ca.pem")
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))
         defer { server.stop() }

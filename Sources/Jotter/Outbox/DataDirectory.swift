@@ -120,8 +120,9 @@ public final class DataDirectory: Sendable {
         guard stat(path, &info) == 0 else { throw DeliveryFailure(.io, permanent: false) }
         guard info.st_mode & 0o002 == 0 else {
             var failure = DeliveryFailure(.configuration, permanent: true)
-            failure.hint = "\(path) may be written by every user of this machine (mode \(String(info.st_mode & 0o7777, radix: 8))), "
-                + "who could make Jotter write memos into other files through it: chmod o-w it, or choose a folder of your own"
+            let mode = String(info.st_mode & 0o7777, radix: 8)
+            failure.hint = "\(path) may be written by every user of this machine (mode \(mode)), who could make "
+                + "Jotter write memos into other files through it: chmod o-w it, or choose a folder of your own"
             throw failure
         }
     }

@@ -126,7 +126,8 @@ final class GroupCommit: Sendable {
     }
 
     /// Inserts `drafts` in one durable transaction.
-    private func insert(_ drafts: [MemoDraft], now: Int64) throws -> [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] {
+    private func insert(_ drafts: [MemoDraft],
+                        now: Int64) throws -> [Result<Outbox.EnqueueOutcome, Outbox.EnqueueError>] {
         try database.transaction(durable: true) { database in
             try drafts.map { try store.insert($0, now: now, into: database) }
         }

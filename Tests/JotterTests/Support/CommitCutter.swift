@@ -24,12 +24,14 @@ final class CommitCutter: Sendable {
         self.directory = directory
         process = try FixtureProcess(script: "pg_commit_cutter.py",
                                      arguments: ["--upstream-port", String(port), "--arm-file", directory + "/armed",
-                                                 "--record", directory + "/cuts"] + (dropOn.map { ["--drop-on", $0] } ?? []),
+                                                 "--record", directory + "/cuts"]
+                                         + (dropOn.map { ["--drop-on", $0] } ?? []),
                                      errorPath: directory + "/cutter.stderr")
         url = String(upstream[..<host.lowerBound]) + "@127.0.0.1:\(process.port)" + String(upstream[slash...])
     }
 
-    /// The next COMMIT after a message is inserted loses its answer (with `dropOn`: the next such statement is dropped).
+    /// The next COMMIT after a message is inserted loses its answer (with `dropOn`: the next statement
+    /// holding that text is dropped).
     func arm() {
         _ = FileManager.default.createFile(atPath: directory + "/armed", contents: nil)
     }
