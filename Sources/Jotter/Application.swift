@@ -332,7 +332,8 @@ public final class Application: Sendable {
         let page = try PageRoute(publicDirectory: publicDirectory, lan: lan)
         let files = StaticFiles(publicDirectory: publicDirectory)
         let send = SendRoute(outbox: outbox, rating: rating, limiter: limiter, undoMilliseconds: undoMilliseconds, clock: clock,
-                             relayBodyLimit: jotterRelay != nil ? RelayConfiguration.maxMessageBodyBytes : nil)
+                             relayBodyLimit: jotterRelay != nil ? RelayConfiguration.maxMessageBodyBytes : nil,
+                             recentForms: RecentFormPosts(clock: clock))
         let ratingRoute = RatingRoute(store: rating)
         let history = HistoryRoute(outbox: outbox, relayState: { worker.relayState },
                                    warnAfterMilliseconds: warnAfterMilliseconds, undoMilliseconds: undoMilliseconds,

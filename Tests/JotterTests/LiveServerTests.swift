@@ -306,6 +306,43 @@ import Testing
         #expect(try server.outbox.history.counts().values.reduce(0, +) == 1, "nothing stored for the empty memo")
     }
 
+    /// Without JavaScript, a double click on Send posts the form twice, and the browser shows only the
+    /// second answer: the same memo from the same client within seconds is one memo (the second post is
+    /// answered as its replay). Scripts (no navigation) still store every post, and another memo is another.
+    @Test func aDoubleClickedPlainFormStoresOneMemo() throws {
+        let directory = TemporaryDirectory()
+        let server = try TestServer(dataDirectory: directory.file("data"))
+        defer { server.stop() }
+        let navigate = [("Sec-Fetch-Mode", "navigate"), ("Sec-Fetch-Site", "same-origin"),
+                        ("Accept", "text/html,application/xhtml+xml")]
+        let first = try Self.post(server, "/", type: Self.formType, "subject=&body=clicked+twice", headers: navigate)
+        let second = try Self.post(server, "/", type: Self.formType, "subject=&body=clicked+twice", headers: navigate)
+        #expect(first.status == 303 && second.status == 303)
+        let id = try #require(first.header("X-Message-Id"))
+        #expect(second.header("X-Message-Id") == id, "the second post is the first one's replay")
+        let other = try Self.post(server, "/", type: Self.formType, "subject=&body=another+memo", headers: navigate)
+        #expect(other.status == 303 && other.header("X-Message-Id") != id)
+        for _ in 0..<2 {
+            #expect(try Self.post(server, "/send", type: Self.formType, "body=clicked+twice").status == 204)
+        }
+        #expect(try server.outbox.history.counts().values.reduce(0, +) == 4, "one form memo, another, two from a script")
+    }
+
+    /// What the form's double-click guard remembers: per client and memo, for its window only.
+    @Test func formPostsShareAKeyOnlyForTheSameClientAndMemoWithinTheWindow() throws {
+        let clock = ManualClock()
+        let recent = RecentFormPosts(windowMilliseconds: 10_000, clock: clock)
+        let key = try recent.key(client: "192.0.2.1", subject: nil, body: "memo")
+        #expect(try recent.key(client: "192.0.2.1", subject: nil, body: "memo") == key)
+        #expect(try recent.key(client: "192.0.2.2", subject: nil, body: "memo") != key, "another client")
+        #expect(try recent.key(client: "192.0.2.1", subject: "", body: "memo") != key, "another subject")
+        #expect(try recent.key(client: "192.0.2.1", subject: nil, body: "memo ") != key, "another body")
+        clock.advance(milliseconds: 9_999)
+        #expect(try recent.key(client: "192.0.2.1", subject: nil, body: "memo") == key)
+        clock.advance(milliseconds: 1)
+        #expect(try recent.key(client: "192.0.2.1", subject: nil, body: "memo") != key, "sent again later: a new memo")
+    }
+
     @Test func fetchFromThePageGets204NotARedirect() throws {
         let directory = TemporaryDirectory()
         let server = try TestServer(dataDirectory: directory.file("data"))

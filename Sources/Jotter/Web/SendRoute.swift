@@ -14,6 +14,8 @@ struct SendRoute: Sendable {
     /// Through a Jotter relay: the most its message body may be (a long subject goes at its top). A memo
     /// over it is refused here, where the writer learns it, not accepted and then failed by the relay.
     var relayBodyLimit: Int?
+    /// Keys for the page's plain form (no JavaScript), which sends none: a double click stores one memo.
+    var recentForms = RecentFormPosts()
 
     /// `Idempotency-Key` must be 1–256 visible ASCII characters (as the Resend API requires).
     static func validIdempotencyKey(_ key: String) -> Bool {
@@ -73,9 +75,13 @@ struct SendRoute: Sendable {
         let undoSeconds = undo / 1000
         let navigation = Self.isFormNavigation(request)
         let fromPage = !navigation && request.headers["Sec-Fetch-Site"] == "same-origin"
+        var key = keys.first
+        if key == nil && navigation {
+            key = try? recentForms.key(client: request.remoteAddress, subject: memo.subject, body: memo.body)
+        }
         // On libmicrohttpd's thread, which may wait for one COMMIT: a lone memo is stored without a
         // thread switch, and its 204 goes out without suspending the connection.
-        outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: keys.first,
+        outbox.enqueue(MemoDraft(subject: memo.subject, body: memo.body, idempotencyKey: key,
                                  undoMilliseconds: undo), callerMayBlock: true) { result in
             switch result {
             case .success(let outcome):
