@@ -22,7 +22,8 @@ import Testing
         let unit = ServiceCommand.unit(binary: LiveServerTests.JotterBinary.path, configuration: configuration,
                                        relayFile: directory.file("data/relay"))
         #expect(!unit.contains("S3cret"), "a unit's ExecStart is readable by every user")
-        for directive in ["Restart=on-failure", "NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=strict",
+        // (No PrivateTmp: the test's data directory is in /tmp, see aPathInTmpKeepsTheMachinesTmp.)
+        for directive in ["Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
                           "PrivateUsers=yes",
                           "ReadWritePaths=\(directory.file("data"))", "RestrictAddressFamilies=",
                           "WantedBy=default.target", "--relay-file \(directory.file("data/relay"))",
@@ -210,6 +211,19 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: vault))
         #expect(!FileManager.default.fileExists(atPath: directory.file("Obsidian%20Vault")))
         #expect(ServiceCommand.localPath("maildir:/srv/mail/what%3F") == "/srv/mail/what?")
+    }
+
+    /// A data directory (or a Maildir) in /tmp or /var/tmp is the machine's own /tmp for the service: a
+    /// private one (`PrivateTmp=yes`) is thrown away when the service stops, and every memo with it.
+    @Test func aPathInTmpKeepsTheMachinesTmp() throws {
+        func unit(_ arguments: [String]) throws -> String {
+            ServiceCommand.unit(binary: "/usr/bin/jotter", configuration: try Self.configuration(arguments),
+                                relayFile: "/srv/jotter/relay")
+        }
+        #expect(try unit(["--data-dir", "/srv/jotter"]).contains("PrivateTmp=yes"))
+        #expect(try !unit(["--data-dir", "/tmp/jotter"]).contains("PrivateTmp="))
+        #expect(try !unit(["--data-dir", "/srv/jotter", "--relay", "maildir:/var/tmp/mail"]).contains("PrivateTmp="))
+        #expect(try unit(["--data-dir", "/srv/tmpfiles"]).contains("PrivateTmp=yes"), "only /tmp itself")
     }
 
     /// `~/…` is the home folder wherever a path is given — a relay's vault for the service, the data

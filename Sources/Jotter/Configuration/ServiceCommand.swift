@@ -60,8 +60,14 @@ public enum ServiceCommand {
         if !sendmail {
             // A user unit's file-system settings need a user namespace: systemd 253 and later imply one,
             // 252 (Debian 12) skips them silently without it.
-            lines += ["PrivateTmp=yes", "ProtectSystem=strict", "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
-                      "NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "PrivateUsers=yes"]
+            // A private /tmp is thrown away when the service stops: an outbox (or a Maildir) in /tmp or /var/tmp
+            // would go with it, every memo in it lost. Such a path keeps the machine's own.
+            let inTemporary = writable.contains { path in
+                ["/tmp", "/var/tmp"].contains { path == $0 || path.hasPrefix($0 + "/") }
+            }
+            lines += (inTemporary ? [] : ["PrivateTmp=yes"])
+                + ["ProtectSystem=strict", "ReadWritePaths=" + writable.map(quoted).joined(separator: " "),
+                   "NoNewPrivileges=yes", "RestrictSUIDSGID=yes", "PrivateUsers=yes"]
         } else {
             // A setgid sendmail (Postfix's postdrop, Exim) needs its privileges, which a user namespace drops,
             // and a user unit's file-system settings bring one (systemd 253 and later): none of them here.
