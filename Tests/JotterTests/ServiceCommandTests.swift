@@ -226,6 +226,17 @@ import Testing
         #expect(try unit(["--data-dir", "/srv/tmpfiles"]).contains("PrivateTmp=yes"), "only /tmp itself")
     }
 
+    /// Without `HOME` (a service, `env -i`), the default data directory is still the user's own, from the
+    /// password database: it was `./.local/share/jotter`, wherever the process happened to start.
+    @Test func withoutHOMETheDataDirectoryIsStillInTheUsersHome() throws {
+        let home = try #require(getpwuid(geteuid())?.pointee.pw_dir.map { String(cString: $0) })
+        #expect(Configuration.defaultDataDirectory(environment: [:]) == home + "/.local/share/jotter")
+        #expect(RelayConfiguration.defaultDataDirectory(environment: [:]) == home + "/.local/share/jotter-relay")
+        #expect(Configuration.defaultDataDirectory(environment: ["HOME": "/home/ana"]) == "/home/ana/.local/share/jotter")
+        #expect(Configuration.defaultDataDirectory(environment: ["HOME": "relative"]) == home + "/.local/share/jotter")
+        #expect(try CommandLineOptions.expandingHome("~/notes", environment: [:]) == home + "/notes")
+    }
+
     /// `~/…` is the home folder wherever a path is given — a relay's vault for the service, the data
     /// directory of serve, relay, devices, rekey and pair — as `serve` already read a relay's Maildir:
     /// made absolute against the working directory, it was a folder named `~` there, and a data

@@ -604,7 +604,7 @@ public enum CommandLineOptions {
         guard path == "~" || path.hasPrefix("~/") else {
             throw UsageError(description: "~user is not expanded in \(path.prefix(60)): give the full path")
         }
-        guard let home = environment["HOME"], home.hasPrefix("/") else {
+        guard let home = ProcessEnvironment.home(environment: environment) else {
             throw UsageError(description: "\(path.prefix(60)) needs HOME to be set: give the full path")
         }
         let expanded = (home.hasSuffix("/") ? String(home.dropLast()) : home) + path.dropFirst()

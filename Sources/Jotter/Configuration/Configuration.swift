@@ -44,6 +44,6 @@ public struct Configuration: Sendable {
         if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
             return xdg + "/jotter"
         }
-        return (environment["HOME"] ?? ".") + "/.local/share/jotter"
+        return (ProcessEnvironment.home(environment: environment) ?? ".") + "/.local/share/jotter"
     }
 }

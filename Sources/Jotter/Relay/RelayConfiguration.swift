@@ -83,7 +83,7 @@ public struct RelayConfiguration: Sendable {
         if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
             return xdg + "/jotter-relay"
         }
-        return (environment["HOME"] ?? ".") + "/.local/share/jotter-relay"
+        return (ProcessEnvironment.home(environment: environment) ?? ".") + "/.local/share/jotter-relay"
     }
 }
 

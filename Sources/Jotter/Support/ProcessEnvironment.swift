@@ -19,6 +19,16 @@ public enum ProcessEnvironment {
         return variables
     }
 
+    /// The user's home folder: `HOME` when it is an absolute path, else the password database's entry for
+    /// this user (a service or `env -i` may start without `HOME`: a default data directory of
+    /// `./.local/share/jotter` was then wherever the process happened to start, a new outbox each time).
+    public static func home(environment: [String: String]) -> String? {
+        if let home = environment["HOME"], home.hasPrefix("/") { return home }
+        guard let entry = getpwuid(geteuid()), let directory = entry.pointee.pw_dir else { return nil }
+        let path = String(cString: directory)
+        return path.hasPrefix("/") ? path : nil
+    }
+
     /// True when `descriptor` is systemd's journal: `JOURNAL_STREAM` (`DEVICE:INODE`, set by systemd for a
     /// service whose output goes there) names the very stream the descriptor is. A journal keeps what a
     /// terminal forgets, so secrets printed for a person (a live pairing link) must not go to it.
