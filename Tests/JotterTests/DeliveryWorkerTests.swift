@@ -262,7 +262,9 @@ import Testing
         defer { outbox.close() }
         let queue = GatedQueue(outbox)
         queue.sharedLeases.withLock { $0 = true }
-        let transport = ControlledTransport(.block)
+        // A held send gives up after `maximumWait`: under the whole suite's load this test's own thread can
+        // wait half a minute for its turn, so the send must still be held when it looks.
+        let transport = ControlledTransport(.block, maximumWait: 600)
         let logs = LogSink.memory()
         var configuration = DeliveryWorker.Configuration()
         // Long: a send not renewed stops a sixth of a lease before its end, in real time, and a loaded
@@ -275,18 +277,18 @@ import Testing
         try worker.start()
         defer { worker.stop() }
         let id = try await outbox.enqueue(MemoDraft(body: "sent once, lease renewed late")).id
-        try #require(transport.waitUntilBlocked(count: 1, timeout: 60))
+        try #require(transport.waitUntilBlocked(count: 1, timeout: 120))
         // The renewal (every 200 s of the worker's clock, from its start) waits at the gate, holding the
         // worker's queue, while the send ends and its outcome is written; then it goes on, and finds the
         // memo sent. Time moves once, by exactly that: moved on further, the lease would run out.
         queue.gatesOnlyLazyWrites.withLock { $0 = true }
         queue.close()
         scheduler.advance(milliseconds: 200_000)
-        try #require(queue.waitUntilWaiting(timeout: 60), "the renewal is at the gate")
+        try #require(queue.waitUntilWaiting(timeout: 120), "the renewal is at the gate")
         transport.release()
-        #expect(TestServer.waitUntil(timeout: 60) { (try? outbox.history.record(id: id))??.status == .sent })
+        #expect(TestServer.waitUntil(timeout: 120) { (try? outbox.history.record(id: id))??.status == .sent })
         queue.open()
-        #expect(TestServer.waitUntil(timeout: 60) {
+        #expect(TestServer.waitUntil(timeout: 120) {
             (try? outbox.nextDueAt()) == Int64?.none && transport.messages.count == 1
         })
         worker.stop()
