@@ -185,9 +185,6 @@ public final class RelayApplication: Sendable {
         housekeeping.withLock { $0 }?.arm(afterMilliseconds: Self.housekeepingMilliseconds)
     }
 
-    /// The relay's API is for programs (a composer, a script), never for a page in a browser: a request
-    /// a browser made for a page (it carries `Origin`, or `Sec-Fetch-Site` other than `none`) is refused
-    /// before routing, so no web page can register devices or spend a device's limits.
     /// The largest body of a request other than a message: a device's registration, an address, a code.
     static let smallBodyBytes = 16 * 1024
 
@@ -205,6 +202,9 @@ public final class RelayApplication: Sendable {
                       message: "Only a message may be large; this request's body may be at most \(smallBodyBytes) bytes.")
     }
 
+    /// The relay's API is for programs (a composer, a script), never for a page in a browser: a request
+    /// a browser made for a page (it carries `Origin`, or `Sec-Fetch-Site` other than `none`) is refused
+    /// before routing, so no web page can register devices or spend a device's limits.
     static func refusal(for request: HTTPRequest) -> HTTPResponse? {
         let site = request.headers["Sec-Fetch-Site"]
         guard request.headers["Origin"] != nil || (site != nil && site != "none") else { return nil }
