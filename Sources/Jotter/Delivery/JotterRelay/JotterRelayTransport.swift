@@ -93,7 +93,7 @@ struct JotterRelayTransport: Transport {
         if handover.orphaned && !handover.failureReported { throw try orphaned(memo, handover) }
         if handover.failureReported {
             answer = try account.call(path + "/retry", method: "POST")
-            if answer.status == 404 && answer.isRelaysNotFound {
+            if answer.isRelaysNotFound {
                 // The relay no longer knows it (a month on, or this composer registered anew): the
                 // memo, still here in full, goes to the relay again as a new message.
                 try account.forgetHandover(of: memo)
