@@ -563,9 +563,9 @@ public final class DeliveryWorker: @unchecked Sendable {
         }
     }
 
-    /// While offline: one probe at a time, at most every `offlineProbeMilliseconds`.
-    /// Probes the unreachable relay when a probe is due, and arms the timer for the next (or within
-    /// `soonest` milliseconds, when something else must be tried again before then).
+    /// While offline: probes the unreachable relay when a probe is due (one at a time, at most every
+    /// `offlineProbeMilliseconds`), and arms the timer for the next (or within `soonest` milliseconds, when
+    /// something else must be tried again before then).
     private func probeIfDue(tick: Int64, soonest: Int64? = nil) {
         dispatchPrecondition(condition: .onQueue(control))
         let dueAt = lastProbe + configuration.offlineProbeMilliseconds

@@ -40,7 +40,7 @@ final class BodyBudget: Sendable {
     /// Reserves `bytes` for `client`; false (and nothing reserved) if they do not fit its share or the whole.
     func reserve(_ bytes: Int, client: String = BodyBudget.thisMachine) -> Bool {
         guard bytes > 0 else { return true }
-        let counted = client != Self.thisMachine && perClient < limit
+        let counted = countsApart(client)
         if counted {
             let fits = held.withLock { held in
                 let now = held[client] ?? 0
@@ -69,8 +69,14 @@ final class BodyBudget: Sendable {
     /// Gives back `bytes` reserved earlier for `client`.
     func release(_ bytes: Int, client: String = BodyBudget.thisMachine) {
         guard bytes > 0 else { return }
-        if client != Self.thisMachine && perClient < limit { give(bytes, back: client) }
+        if countsApart(client) { give(bytes, back: client) }
         used.subtract(bytes, ordering: .relaxed)
+    }
+
+    /// Whether `client`'s bytes are counted against its share: not this machine's, and only when a share is
+    /// less than the whole.
+    private func countsApart(_ client: String) -> Bool {
+        client != Self.thisMachine && perClient < limit
     }
 
     private func give(_ bytes: Int, back client: String) {
