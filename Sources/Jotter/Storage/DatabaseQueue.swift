@@ -21,6 +21,10 @@ public final class DatabaseQueue: @unchecked Sendable {
     /// The VFS its connections are opened with (nil: SQLite's default), for a connection of one's own.
     let vfs: String?
 
+    /// How long a connection waits for another process's lock (the writer restores it after a checkpoint
+    /// that must not wait).
+    private static let busyTimeout = "PRAGMA busy_timeout = 5000"
+
     /// Opens the database at `path` (creating and migrating it), with WAL, `synchronous=FULL` (read
     /// back: the 204 promise depends on it) and `secure_delete`.
     public init(path: String) throws {
@@ -29,7 +33,7 @@ public final class DatabaseQueue: @unchecked Sendable {
         try Self.configure(writer)
         try Migrations.migrate(writer)
         let reader = try Database(path: path, vfs: vfs)
-        try reader.execute("PRAGMA busy_timeout = 5000")
+        try reader.execute(Self.busyTimeout)
         self.writer = writer
         self.reader = reader
         self.path = path
@@ -41,7 +45,7 @@ public final class DatabaseQueue: @unchecked Sendable {
     public var isWriterQueue: Bool { DispatchQueue.getSpecific(key: onWriter) == true }
 
     private static func configure(_ database: Database) throws {
-        try database.execute("PRAGMA busy_timeout = 5000")
+        try database.execute(Self.busyTimeout)
         let mode = try database.pragma("journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw DatabaseError(code: 1, message: "could not enable WAL (journal_mode is \(mode ?? "unknown"))")
@@ -106,7 +110,7 @@ public final class DatabaseQueue: @unchecked Sendable {
         return queue.sync {
             guard writer.erasedSinceWALTruncation else { return true }
             guard (try? writer.execute("PRAGMA busy_timeout = 0")) != nil else { return false }
-            defer { try? writer.execute("PRAGMA busy_timeout = 5000") }
+            defer { try? writer.execute(Self.busyTimeout) }
             // One row: whether a reader or writer was in the way (1), the WAL's frames, the frames copied.
             let blocked = try? writer.statement("PRAGMA wal_checkpoint(TRUNCATE)").firstRow { $0.int64(0) }
             guard blocked == 0 else { return false }
